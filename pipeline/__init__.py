@@ -1,0 +1,1 @@
+"""shardline: CLI, config, the dataset contract and the driver that chains the stages."""

@@ -1,0 +1,138 @@
+"""`shardline` command line: preprocess, train, evaluate, run (all three), inspect."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pipeline import contract
+from pipeline.config import ConfigError, ShardlineConfig, load_config
+
+# Errors a user can fix from the message alone: printed as one line, no traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ConfigError, FileNotFoundError, contract.DatasetNotReadyError, ValueError,
+)
+
+
+def _add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML config file")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a config key, e.g. --set train.lr=3e-4 (repeatable; wins over the file)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shardline", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in [
+        ("preprocess", "tokenize, split and shard the corpus with Spark (via spark-submit)"),
+        ("train", "train the configured model on run_dir/dataset"),
+        ("evaluate", "evaluate run_dir/model and write run_dir/eval.json"),
+        ("run", "preprocess, train and evaluate in order"),
+    ]:
+        sub = commands.add_parser(name, help=text, description=text)
+        _add_config_args(sub)
+        if name in ("preprocess", "run"):
+            sub.add_argument("--force", action="store_true", help="rebuild the dataset even if it exists")
+    inspect = commands.add_parser("inspect", help="print a dataset's manifest and a few decoded rows")
+    inspect.add_argument("dataset_dir")
+    inspect.add_argument("--split", default="train", choices=contract.SPLITS)
+    inspect.add_argument("--rows", type=int, default=3)
+    return parser
+
+
+def _load(args: argparse.Namespace) -> ShardlineConfig:
+    if args.config is None and not args.overrides:
+        raise ConfigError("no config given: pass --config FILE.yaml and/or --set key=value")
+    return load_config(args.config, args.overrides)
+
+
+def _preprocess(config: ShardlineConfig, args: argparse.Namespace) -> None:
+    from pipeline.driver import run_preprocess
+    from spark_jobs.read import resolve_input_files
+
+    resolve_input_files(config.data.input)  # fail here, clearly, before starting a JVM
+    run_preprocess(config, force=getattr(args, "force", False))
+
+
+def _train(config: ShardlineConfig, args: argparse.Namespace) -> None:
+    from training.train import train
+
+    train(config)
+
+
+def _evaluate(config: ShardlineConfig, args: argparse.Namespace) -> None:
+    from training.evaluate import run_evaluation
+
+    run_evaluation(config)
+
+
+def _run(config: ShardlineConfig, args: argparse.Namespace) -> None:
+    for stage in (_preprocess, _train, _evaluate):
+        stage(config, args)
+
+
+def run_stage_main(stage: str, action: Callable[[ShardlineConfig, argparse.Namespace], Any], argv: list[str] | None) -> int:
+    """Shared `main` of every stage: parse config args, run, turn user errors into one line."""
+    parser = argparse.ArgumentParser(prog=f"shardline {stage}")
+    _add_config_args(parser)
+    return _guarded(stage, action, parser.parse_args(argv))
+
+
+def _guarded(stage: str, action: Callable[[ShardlineConfig, argparse.Namespace], Any], args: argparse.Namespace) -> int:
+    from pipeline.driver import StageFailed
+    from spark_jobs.read import InputError
+
+    try:
+        action(_load(args), args)
+    except StageFailed as error:
+        print(f"shardline {stage}: {error}", file=sys.stderr)
+        return 1
+    except (*USER_ERRORS, InputError) as error:
+        print(f"shardline {stage}: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def inspect_dataset(dataset_dir: str, split: str, num_rows: int) -> None:
+    import pyarrow.parquet as pq
+
+    from pipeline.tokenizer import load_tokenizer
+
+    manifest = contract.load_manifest(dataset_dir)
+    summary = manifest.model_dump(mode="json", exclude={"config"})
+    print(json.dumps(summary, indent=2, sort_keys=True))
+    tokenizer = load_tokenizer(Path(dataset_dir) / "tokenizer")
+    files = sorted(contract.split_dir(dataset_dir, split).glob("*.parquet"))
+    labels = {index: name for name, index in manifest.label_map.items()}
+    shown = 0
+    for path in files:
+        table = pq.read_table(path).slice(0, num_rows - shown)
+        for row in table.to_pylist():
+            text = tokenizer.decode(row[contract.INPUT_IDS], skip_special_tokens=True)
+            print(f"\n[{split} row {shown}] id={row[contract.ID_COLUMN]} label={labels.get(row[contract.LABEL])} "
+                  f"tokens={row[contract.NUM_TOKENS]}\n{text}")
+            shown += 1
+        if shown >= num_rows:
+            break
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "inspect":
+        try:
+            inspect_dataset(args.dataset_dir, args.split, args.rows)
+        except USER_ERRORS as error:
+            print(f"shardline inspect: error: {error}", file=sys.stderr)
+            return 2
+        return 0
+    action = {"preprocess": _preprocess, "train": _train, "evaluate": _evaluate, "run": _run}[args.command]
+    return _guarded(args.command, action, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

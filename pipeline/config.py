@@ -1,0 +1,216 @@
+"""One typed config tree: YAML file < `--set dotted.key=value` overrides, validated by pydantic.
+
+Every model forbids unknown keys, so a typo fails with the key's dotted path instead of being ignored.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A config problem, phrased as one line that names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class DataConfig(_Strict):
+    input: str  # a path, directory or glob; relative paths resolve against the working directory
+    format: Literal["auto", "text", "jsonl", "parquet", "csv"] = "auto"
+    text_column: str = "text"
+    label_column: str | None = None  # required for classification; labels may be strings
+
+
+class TokenizerTrainConfig(_Strict):
+    kind: Literal["wordpiece", "bpe"] = "wordpiece"
+    vocab_size: int = Field(8000, ge=100)
+    sample_size: int = Field(100_000, ge=1)  # documents drawn (by Spark) to train on
+    special_tokens: list[str] = Field(default_factory=lambda: ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+
+
+class TokenizerConfig(_Strict):
+    path: str | None = None  # local HF tokenizer dir or tokenizer.json (a hub name when online)
+    train: TokenizerTrainConfig | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> "TokenizerConfig":
+        if (self.path is None) == (self.train is None):
+            raise ValueError("set exactly one of tokenizer.path or tokenizer.train")
+        return self
+
+
+class SplitConfig(_Strict):
+    train: float = Field(0.8, ge=0, le=1)
+    val: float = Field(0.1, ge=0, le=1)
+    test: float = Field(0.1, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _sums_to_one(self) -> "SplitConfig":
+        total = self.train + self.val + self.test
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"train + val + test must sum to 1, got {total:g}")
+        return self
+
+
+class PreprocessConfig(_Strict):
+    task: Literal["classification"] = "classification"
+    max_length: int = Field(128, ge=2)
+    split: SplitConfig = Field(default_factory=SplitConfig)
+    seed: int = 0
+    num_shards: int = Field(2, ge=1)  # Parquet files per split
+
+
+class SparkConfig(_Strict):
+    master: str = "local[*]"
+    conf: dict[str, str] = Field(default_factory=dict)  # passed through as --conf key=value
+
+    @field_validator("conf", mode="before")
+    @classmethod
+    def _stringify(cls, value: Any) -> Any:
+        # YAML turns `spark.sql.shuffle.partitions: 4` into an int; Spark wants strings.
+        if isinstance(value, dict):
+            return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+        return value
+
+
+class TrainConfig(_Strict):
+    model: Literal["mlp", "bert"] = "mlp"
+    model_config_: dict[str, Any] = Field(default_factory=dict, alias="model_config")  # for `bert`
+    pretrained: str | None = None  # local directory of a pretrained transformers model
+    epochs: int = Field(1, ge=1)
+    max_steps: int | None = Field(None, ge=1)  # stop early after this many optimizer steps
+    batch_size: int = Field(32, ge=1)
+    optimizer: Literal["adamw", "adam", "sgd", "rmsprop"] = "adamw"
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = 0
+    log_every: int = Field(10, ge=1)
+    num_reader_workers: int = Field(1, ge=1)  # Petastorm worker threads
+    hidden_size: int = Field(128, ge=1)  # mlp only
+    embedding_dim: int = Field(64, ge=1)  # mlp only
+
+    # `model_config` is pydantic's own attribute name, hence the alias; model_* names are ours here.
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, populate_by_name=True, protected_namespaces=()
+    )
+
+
+class EvalConfig(_Strict):
+    split: Literal["train", "val", "test"] = "test"
+    batch_size: int = Field(64, ge=1)
+
+
+class ShardlineConfig(_Strict):
+    run_dir: str
+    data: DataConfig
+    tokenizer: TokenizerConfig
+    preprocess: PreprocessConfig = Field(default_factory=PreprocessConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+
+    # Paths every stage agrees on; derived, never configured, so they cannot disagree.
+    @property
+    def dataset_dir(self) -> Path:
+        return Path(self.run_dir) / "dataset"
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return Path(self.run_dir) / "tokenizer"
+
+    @property
+    def model_dir(self) -> Path:
+        return Path(self.run_dir) / "model"
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    def section_hash(self, *sections: str) -> str:
+        """Stable hash of some top-level sections, to tell whether a stage's inputs changed."""
+        payload = {name: self.to_dict()[name] for name in sections}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`train.lr=3e-4` -> (["train", "lr"], 0.0003); the value is parsed as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like dotted.key=value")
+    key, raw = text.split("=", 1)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"override {text!r} has an empty key segment")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return parts, value
+
+
+# Maps whose own keys contain dots (Spark conf names): the rest of the dotted path is one key.
+_DOTTED_KEY_MAPS = {("spark", "conf")}
+
+
+def apply_override(tree: dict[str, Any], parts: list[str], value: Any) -> None:
+    for prefix in _DOTTED_KEY_MAPS:
+        if tuple(parts[: len(prefix)]) == prefix and len(parts) > len(prefix) + 1:
+            parts = [*prefix, ".".join(parts[len(prefix):])]
+    node = tree
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"cannot set {'.'.join(parts)}: {part} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _format_error(error: ValidationError) -> str:
+    first = error.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "<root>"
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown key"
+    elif first["type"] == "missing":
+        message = "required key is missing"
+    more = f" (and {error.error_count() - 1} more problem(s))" if error.error_count() > 1 else ""
+    return f"config key {key}: {message}{more}"
+
+
+def build_config(tree: dict[str, Any], overrides: list[str] = ()) -> ShardlineConfig:
+    tree = json.loads(json.dumps(tree))  # deep copy; YAML gives only JSON-able types here
+    for text in overrides:
+        apply_override(tree, *parse_override(text))
+    try:
+        return ShardlineConfig.model_validate(tree)
+    except ValidationError as error:
+        raise ConfigError(_format_error(error)) from None
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> ShardlineConfig:
+    tree: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.exists():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as error:
+            raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping at the top level")
+        tree = loaded or {}
+    return build_config(tree, overrides)
+
+
+def save_config(config: ShardlineConfig, path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))

@@ -1,0 +1,100 @@
+"""The dataset contract: what the Spark side writes and the training side reads.
+
+Both sides import this module and nothing else to agree on column names, dtypes, the layout of a
+dataset directory and the manifest. Bump SCHEMA_VERSION whenever any of it changes meaning.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# 1: classification rows (id, input_ids, attention_mask, label), manifest.json + _SUCCESS.
+SCHEMA_VERSION = 1
+
+# Column names. Token columns are list<int32>: Spark 3.5's Arrow path rejects FixedSizeList.
+ID_COLUMN = "id"  # stable document id (string); drives the split, so it must not depend on order
+INPUT_IDS = "input_ids"  # list<int32>, exactly max_length long
+ATTENTION_MASK = "attention_mask"  # list<int8>, 1 for real tokens, 0 for padding
+LABEL = "label"  # int32 class id, index into manifest.label_map
+NUM_TOKENS = "num_tokens"  # int32, real (non-pad) tokens in the row, for accounting and histograms
+
+SPLITS = ("train", "val", "test")
+MANIFEST_FILE = "manifest.json"
+SUCCESS_FILE = "_SUCCESS"  # written after the manifest; a dataset without it is never read
+REJECTS_DIR = "rejects"
+
+
+class SplitStats(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rows: int
+    tokens: int  # real (non-pad) tokens
+    num_files: int
+    num_row_groups: int
+    row_group_rows: list[int] = Field(default_factory=list)  # rows per row group, in file order
+
+
+class Manifest(BaseModel):
+    """Written last into the dataset directory; everything downstream trusts only this file."""
+
+    model_config = ConfigDict(extra="forbid")
+    schema_version: int
+    task: str
+    max_length: int
+    vocab_size: int
+    pad_id: int
+    tokenizer_sha256: str
+    label_map: dict[str, int]  # label string -> class id
+    input_records: int
+    rejected_records: int
+    rejected_by_reason: dict[str, int]
+    duplicates_removed: int = 0
+    token_count: int
+    splits: dict[str, SplitStats]
+    input_files: list[dict[str, Any]] = Field(default_factory=list)
+    versions: dict[str, str] = Field(default_factory=dict)
+    stage_seconds: dict[str, float] = Field(default_factory=dict)
+    config: dict[str, Any]  # the resolved config the dataset was built from
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.label_map)
+
+
+def split_dir(dataset_dir: str | Path, split: str) -> Path:
+    return Path(dataset_dir) / split
+
+
+def write_json_atomic(path: str | Path, payload: Any) -> None:
+    """Write JSON so that a reader sees either the old file or the whole new one, never a part."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+class DatasetNotReadyError(RuntimeError):
+    pass
+
+
+def load_manifest(dataset_dir: str | Path) -> Manifest:
+    """Read a finished dataset's manifest; refuse a dataset whose job did not complete."""
+    dataset_dir = Path(dataset_dir)
+    if not (dataset_dir / SUCCESS_FILE).exists():
+        raise DatasetNotReadyError(
+            f"{dataset_dir} has no {SUCCESS_FILE}: the preprocess job did not finish there. "
+            "Run `shardline preprocess` (with --force to rebuild) before training."
+        )
+    return Manifest.model_validate_json((dataset_dir / MANIFEST_FILE).read_text())
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

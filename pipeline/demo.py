@@ -1,0 +1,82 @@
+"""The demo: a real-text corpus available offline everywhere, and the whole chain run on it.
+
+Corpus: every docstring of a few Python standard-library packages, labelled with the package it
+came from (asyncio, email, logging, tkinter...). Real English prose about distinct subjects, so a
+small classifier can learn it, and it ships with every Python install.
+
+    python -m pipeline.demo [--run-dir runs/demo] [--set key=value ...]
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+DEMO_PACKAGES = ("asyncio", "email", "logging", "tkinter")
+MIN_DOCSTRING_CHARS = 40
+DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
+
+
+def stdlib_docstrings(packages: tuple[str, ...] = DEMO_PACKAGES) -> list[dict[str, str]]:
+    """One record per docstring: {"text", "label"}, in a deterministic order."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    records = []
+    for package in packages:
+        files = sorted((stdlib / package).rglob("*.py"))
+        if not files:
+            raise FileNotFoundError(f"standard-library package {package} has no sources under {stdlib}")
+        for path in files:
+            if "test" in path.relative_to(stdlib / package).parts[:-1]:
+                continue
+            try:
+                tree = ast.parse(path.read_text(encoding="utf-8"))
+            except (SyntaxError, UnicodeDecodeError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    doc = ast.get_docstring(node)
+                    if doc and len(doc) >= MIN_DOCSTRING_CHARS:
+                        records.append({"text": doc, "label": package})
+    return records
+
+
+def write_jsonl(records: list[dict], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", default="runs/demo")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+
+    from pipeline import cli
+
+    corpus = write_jsonl(stdlib_docstrings(), Path(args.run_dir).parent / "demo-corpus" / "docstrings.jsonl")
+    print(f"demo: corpus {corpus} ({sum(1 for _ in open(corpus))} docstrings from {', '.join(DEMO_PACKAGES)})")
+    started = time.perf_counter()
+    overrides = [f"run_dir={args.run_dir}", f"data.input={corpus}", *args.overrides]
+    code = cli.main(["run", "--config", str(DEMO_CONFIG), *[a for o in overrides for a in ("--set", o)]])
+    if code != 0:
+        return code
+    result = json.loads((Path(args.run_dir) / "eval.json").read_text())
+    labels = len(DEMO_PACKAGES)
+    print(
+        f"demo: done in {time.perf_counter() - started:.0f}s. Outputs under {args.run_dir}/ "
+        f"(dataset/, tokenizer/, model/, metrics.jsonl, eval.json)\n"
+        f"demo: {result['split']} accuracy {result['accuracy']:.3f} on {result['examples']} examples "
+        f"(chance is {1 / labels:.3f} with {labels} classes)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

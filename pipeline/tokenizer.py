@@ -1,0 +1,84 @@
+"""Tokenizer sources: a local Hugging Face tokenizer, or one trained from the corpus.
+
+Whatever the source, the run keeps its own copy in `run_dir/tokenizer/` (a `save_pretrained`
+directory), and every later stage loads that copy, so the dataset, the model and the sha256 in the
+manifest always refer to the same bytes.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from pipeline.config import TokenizerTrainConfig
+
+TOKENIZER_JSON = "tokenizer.json"
+
+
+def train_tokenizer(texts: Iterable[str], cfg: TokenizerTrainConfig) -> PreTrainedTokenizerFast:
+    """Train a BERT-style (wordpiece) or GPT-style (byte-level BPE) tokenizer on `texts`."""
+    specials = list(cfg.special_tokens)
+    if cfg.kind == "wordpiece":
+        unk, pad, cls, sep = _pick(specials, "[UNK]", "[PAD]", "[CLS]", "[SEP]")
+        tokenizer = Tokenizer(models.WordPiece(unk_token=unk))
+        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tokenizer.decoder = decoders.WordPiece()
+        trainer = trainers.WordPieceTrainer(vocab_size=cfg.vocab_size, special_tokens=specials)
+    else:
+        unk, pad, cls, sep = _pick(specials, "<unk>", "<pad>", "<s>", "</s>")
+        tokenizer = Tokenizer(models.BPE(unk_token=unk))
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=cfg.vocab_size,
+            special_tokens=specials,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    if cfg.kind == "wordpiece":
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{cls} $A {sep}",
+            pair=f"{cls} $A {sep} $B:1 {sep}:1",
+            special_tokens=[(cls, tokenizer.token_to_id(cls)), (sep, tokenizer.token_to_id(sep))],
+        )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token=unk, pad_token=pad, cls_token=cls, sep_token=sep,
+        bos_token=cls if cfg.kind == "bpe" else None, eos_token=sep if cfg.kind == "bpe" else None,
+    )
+
+
+def _pick(specials: list[str], *wanted: str) -> tuple[str, ...]:
+    missing = [token for token in wanted if token not in specials]
+    if missing:
+        raise ValueError(f"tokenizer.train.special_tokens must include {missing}")
+    return wanted
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
+    """Load a tokenizer directory, a bare tokenizer.json, or (online only) a hub name."""
+    path_obj = Path(path)
+    if path_obj.is_file():
+        tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(path_obj))
+    elif path_obj.is_dir() or not _looks_like_hub_name(str(path)):
+        if not path_obj.exists():
+            raise FileNotFoundError(f"tokenizer.path {path} does not exist")
+        tokenizer = AutoTokenizer.from_pretrained(str(path_obj))
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    if not tokenizer.is_fast:
+        raise ValueError(f"tokenizer at {path} has no fast (Rust) implementation; shardline needs one")
+    if tokenizer.pad_token_id is None:
+        raise ValueError(f"tokenizer at {path} defines no pad token; add one (e.g. [PAD]) and save it")
+    return tokenizer
+
+
+def _looks_like_hub_name(text: str) -> bool:
+    return "/" in text and not text.startswith((".", "/", "~")) and text.count("/") == 1
+
+
+def backend_json(tokenizer: PreTrainedTokenizerFast) -> str:
+    """The Rust tokenizer as a JSON string: what Spark workers rebuild the tokenizer from."""
+    return tokenizer.backend_tokenizer.to_str()

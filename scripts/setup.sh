@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Creates .venv/ with the pinned stack and the project installed editable. Idempotent: a second
+# run with unchanged pins does nothing but the Java check.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v java >/dev/null 2>&1; then
+  echo "shardline needs Java 8, 11 or 17 for Spark 3.5 (java was not found on PATH)." >&2
+  echo "Install one, e.g. 'apt-get install openjdk-17-jre-headless', then run this again." >&2
+  exit 1
+fi
+java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\)\.*.*/\1/p' | head -n1)
+case "$java_major" in
+  1|8|11|17) ;;
+  *) echo "warning: Java $java_major found; Spark 3.5 is tested on Java 8/11/17." >&2 ;;
+esac
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.shardline-installed
+want=$(cat constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -c constraints.txt -e '.[test]'
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,1 @@
+"""Spark jobs (spark-submit entry points) and their pure DataFrame -> DataFrame transforms."""

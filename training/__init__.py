@@ -1,0 +1,1 @@
+"""Training side: the Petastorm reader, models, the loop and evaluation."""

@@ -1,0 +1,67 @@
+"""What a model directory holds besides the weights, and writing it atomically."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from pipeline import contract
+from pipeline.config import ShardlineConfig
+
+LABEL_MAP_FILE = "label_map.json"
+LINEAGE_FILE = "lineage.json"
+
+
+@contextlib.contextmanager
+def staged_dir(final_dir: Path) -> Iterator[Path]:
+    """Yield a fresh temporary directory that replaces final_dir in one rename on success."""
+    staging = final_dir.parent / f".{final_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
+    staging.mkdir(parents=True)
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if final_dir.exists():
+        retired = final_dir.parent / f".{final_dir.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(final_dir, retired)
+        os.replace(staging, final_dir)
+        shutil.rmtree(retired, ignore_errors=True)
+    else:
+        os.replace(staging, final_dir)
+
+
+def write_model_sidecars(directory: Path, config: ShardlineConfig, manifest: contract.Manifest, steps: int) -> None:
+    """Tokenizer, label map and lineage beside the weights: the directory is usable on its own."""
+    for item in config.tokenizer_dir.iterdir():
+        shutil.copy2(item, directory / item.name)
+    (directory / LABEL_MAP_FILE).write_text(json.dumps(manifest.label_map, indent=2, sort_keys=True))
+    lineage = {
+        "dataset_dir": str(config.dataset_dir.resolve()),
+        "dataset_manifest_sha256": contract.file_sha256(config.dataset_dir / contract.MANIFEST_FILE),
+        "tokenizer_sha256": manifest.tokenizer_sha256,
+        "schema_version": manifest.schema_version,
+        "steps": steps,
+        "code_version": _code_version(),
+        "config": config.to_dict(),
+    }
+    contract.write_json_atomic(directory / LINEAGE_FILE, lineage)
+
+
+def _code_version() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, check=True, timeout=5
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"shardline {version('shardline')}"
+        except PackageNotFoundError:
+            return "unknown"
