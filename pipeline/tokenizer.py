@@ -71,8 +71,17 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     if not tokenizer.is_fast:
         raise ValueError(f"tokenizer at {path} has no fast (Rust) implementation; shardline needs one")
     if tokenizer.pad_token_id is None:
+        # A bare tokenizer.json carries no special-token roles; adopt a conventional pad token.
+        found = [t for t in _CONVENTIONAL_PAD_TOKENS if tokenizer.convert_tokens_to_ids(t) != tokenizer.unk_token_id
+                 and t in tokenizer.get_vocab()]
+        if found:
+            tokenizer.pad_token = found[0]
+    if tokenizer.pad_token_id is None:
         raise ValueError(f"tokenizer at {path} defines no pad token; add one (e.g. [PAD]) and save it")
     return tokenizer
+
+
+_CONVENTIONAL_PAD_TOKENS = ("[PAD]", "<pad>", "<|pad|>", "<|padding|>")
 
 
 def _looks_like_hub_name(text: str) -> bool:

@@ -1,0 +1,46 @@
+import numpy as np
+from pyspark.testing import assertDataFrameEqual
+
+from pipeline import contract
+from pipeline.config import SplitConfig
+from pipeline.tokenizer import backend_json
+from spark_jobs import encode, split
+
+
+def test_split_is_a_function_of_id_and_seed_only(spark):
+    ids = [(f"doc-{i}",) for i in range(2000)]
+    small = spark.createDataFrame(ids[:500], [contract.ID_COLUMN]).transform(lambda d: split.with_split(d, SplitConfig(), 7))
+    grown = spark.createDataFrame(ids, [contract.ID_COLUMN]).transform(lambda d: split.with_split(d, SplitConfig(), 7))
+    # Growing the corpus leaves every existing document in its split.
+    assertDataFrameEqual(small, grown.join(small.select(contract.ID_COLUMN), contract.ID_COLUMN))
+    counts = {r[0]: r[1] for r in grown.groupBy(split.SPLIT).count().collect()}
+    assert set(counts) == {"train", "val", "test"}
+    assert 0.75 < counts["train"] / 2000 < 0.85
+    reseeded = spark.createDataFrame(ids, [contract.ID_COLUMN]).transform(lambda d: split.with_split(d, SplitConfig(), 8))
+    assert grown.exceptAll(reseeded).count() > 0
+
+
+def test_label_ids_follow_the_map_and_unknown_labels_become_null(spark):
+    df = spark.createDataFrame([("a", " email "), ("b", "asyncio"), ("c", "nope")], ["id", "label_raw"])
+    out = split.with_label_ids(df, {"asyncio": 0, "email": 1}).select("id", contract.LABEL)
+    assertDataFrameEqual(out, spark.createDataFrame([("a", 1), ("b", 0), ("c", None)], "id string, label int"))
+
+
+def test_content_id_is_stable_sha256_prefix(spark):
+    import hashlib
+
+    out = spark.createDataFrame([("hello",)], ["text"]).transform(split.with_content_id).collect()[0]
+    assert out[contract.ID_COLUMN] == hashlib.sha256(b"hello").hexdigest()[:32]
+
+
+def test_encode_padded_matches_the_tokenizer_row_for_row(spark, small_tokenizer):
+    texts = ["Create a future object attached to the loop.", "x", "word " * 100]
+    df = spark.createDataFrame([(f"d{i}", t, i) for i, t in enumerate(texts)], ["id", "text", "label"]).repartition(2)
+    encoded = encode.encode_padded(df, backend_json(small_tokenizer), max_length=16, pad_id=small_tokenizer.pad_token_id)
+    assert encoded.columns == ["id", "label", contract.INPUT_IDS, contract.ATTENTION_MASK, contract.NUM_TOKENS]
+    expected = small_tokenizer(texts, padding="max_length", truncation=True, max_length=16)
+    rows = []
+    for i in range(len(texts)):
+        ids, mask = expected["input_ids"][i], expected["attention_mask"][i]
+        rows.append((f"d{i}", i, ids, [int(m) for m in mask], int(np.sum(mask))))
+    assertDataFrameEqual(encoded, spark.createDataFrame(rows, encoded.schema))

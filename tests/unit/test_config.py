@@ -1,0 +1,70 @@
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import ConfigError, build_config, load_config, parse_override
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MINIMAL = {"run_dir": "runs/x", "data": {"input": "corpus.jsonl"}, "tokenizer": {"train": {}}}
+
+
+def test_overrides_win_over_file_values_and_parse_as_yaml():
+    config = build_config(
+        {**MINIMAL, "train": {"lr": 0.1}},
+        ["train.lr=3e-4", "train.optimizer=sgd", "preprocess.max_length=64", "train.max_steps=null"],
+    )
+    assert config.train.lr == pytest.approx(3e-4)
+    assert config.train.optimizer == "sgd"
+    assert config.preprocess.max_length == 64
+    assert config.train.max_steps is None
+
+
+def test_spark_conf_override_keeps_dotted_key_whole():
+    config = build_config(MINIMAL, ["spark.conf.spark.sql.shuffle.partitions=8", "spark.conf.spark.ui.enabled=false"])
+    assert config.spark.conf == {"spark.sql.shuffle.partitions": "8", "spark.ui.enabled": "false"}
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["train.lrr=1"], "config key train.lrr: unknown key"),
+        (["train.lr=fast"], "config key train.lr: Input should be a valid number"),
+        (["train.optimizer=lbfgs"], "config key train.optimizer: Input should be"),
+        (["preprocess.split.train=0.5"], "config key preprocess.split: Value error, train + val + test must sum to 1"),
+        (["data.format=xml"], "config key data.format"),
+        (["tokenizer.path=tok.json"], "config key tokenizer: Value error, set exactly one of"),
+    ],
+)
+def test_bad_values_name_the_key_in_one_line(overrides, message):
+    with pytest.raises(ConfigError) as raised:
+        build_config(MINIMAL, overrides)
+    assert str(raised.value).startswith(message)
+    assert "\n" not in str(raised.value)
+
+
+def test_required_keys_have_no_default():
+    with pytest.raises(ConfigError, match="config key data: required key is missing"):
+        build_config({"run_dir": "x", "tokenizer": {"train": {}}})
+
+
+def test_override_without_equals_is_rejected():
+    with pytest.raises(ConfigError, match="dotted.key=value"):
+        parse_override("train.lr")
+
+
+def test_missing_config_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("path", sorted((REPO_ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_config_loads(path):
+    config = load_config(path)
+    assert config.run_dir
+
+
+def test_section_hash_changes_only_with_its_sections():
+    base = build_config(MINIMAL)
+    changed_train = build_config(MINIMAL, ["train.lr=0.5"])
+    assert base.section_hash("data", "preprocess") == changed_train.section_hash("data", "preprocess")
+    assert base.section_hash("train") != changed_train.section_hash("train")
