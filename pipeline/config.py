@@ -60,7 +60,7 @@ class SplitConfig(_Strict):
 
 
 class PreprocessConfig(_Strict):
-    task: Literal["classification"] = "classification"
+    task: Literal["classification", "causal_lm"] = "classification"
     max_length: int = Field(128, ge=2)
     split: SplitConfig = Field(default_factory=SplitConfig)
     seed: int = 0
@@ -81,7 +81,7 @@ class SparkConfig(_Strict):
 
 
 class TrainConfig(_Strict):
-    model: Literal["mlp", "bert"] = "mlp"
+    model: Literal["mlp", "bert", "gpt2"] = "mlp"
     model_config_: dict[str, Any] = Field(default_factory=dict, alias="model_config")  # for `bert`
     pretrained: str | None = None  # local directory of a pretrained transformers model
     epochs: int = Field(1, ge=1)
@@ -91,6 +91,7 @@ class TrainConfig(_Strict):
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    nproc: int = Field(1, ge=1)  # data-parallel processes (torchrun --nproc_per_node)
     seed: int = 0
     log_every: int = Field(10, ge=1)
     num_reader_workers: int = Field(1, ge=1)  # Petastorm worker threads

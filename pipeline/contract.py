@@ -22,6 +22,11 @@ INPUT_IDS = "input_ids"  # list<int32>, exactly max_length long
 ATTENTION_MASK = "attention_mask"  # list<int8>, 1 for real tokens, 0 for padding
 LABEL = "label"  # int32 class id, index into manifest.label_map
 NUM_TOKENS = "num_tokens"  # int32, real (non-pad) tokens in the row, for accounting and histograms
+# causal_lm rows (packed blocks of max_length tokens, several documents per block):
+POSITION_IDS = "position_ids"  # list<int32>, restarts at 0 at each document start inside a block
+SEGMENT_IDS = "segment_ids"  # list<int32>, 1, 2, ... per document within the block; 0 for padding
+
+TASKS = ("classification", "causal_lm")
 
 SPLITS = ("train", "val", "test")
 MANIFEST_FILE = "manifest.json"

@@ -23,6 +23,8 @@ def pytest_collection_modifyitems(items):
 def spark():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Python workers import spark_jobs from this checkout, not from wherever it is installed.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     from pyspark.sql import SparkSession
 
     session = (
