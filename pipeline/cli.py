@@ -25,19 +25,30 @@ def _add_config_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_stage_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--force", action="store_true",
+                        help="rerun even when done with this config and inputs (preprocess rebuilds the dataset)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print what would run, with the exact commands, and run nothing")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from pipeline.driver import STAGES
+
     parser = argparse.ArgumentParser(prog="shardline", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     for name, text in [
         ("preprocess", "tokenize, split and shard the corpus with Spark (via spark-submit)"),
         ("train", "train the configured model on run_dir/dataset"),
         ("evaluate", "evaluate run_dir/model and write run_dir/eval.json"),
-        ("run", "preprocess, train and evaluate in order"),
+        ("run", "preprocess, train and evaluate in order, skipping stages already done"),
     ]:
         sub = commands.add_parser(name, help=text, description=text)
         _add_config_args(sub)
-        if name in ("preprocess", "run"):
-            sub.add_argument("--force", action="store_true", help="rebuild the dataset even if it exists")
+        _add_stage_args(sub)
+        if name == "run":
+            sub.add_argument("--from", dest="first", choices=STAGES, default=STAGES[0], help="first stage to run")
+            sub.add_argument("--to", dest="last", choices=STAGES, default=STAGES[-1], help="last stage to run")
     inspect = commands.add_parser("inspect", help="print a dataset's manifest and a few decoded rows")
     inspect.add_argument("dataset_dir")
     inspect.add_argument("--split", default="train", choices=contract.SPLITS)
@@ -51,29 +62,13 @@ def _load(args: argparse.Namespace) -> ShardlineConfig:
     return load_config(args.config, args.overrides)
 
 
-def _preprocess(config: ShardlineConfig, args: argparse.Namespace) -> None:
-    from pipeline.driver import run_preprocess
-    from spark_jobs.read import resolve_input_files
+def _run_stages(config: ShardlineConfig, args: argparse.Namespace) -> None:
+    """Every stage subcommand and `run` go through the driver, so markers stay truthful."""
+    from pipeline.driver import run_stages
 
-    resolve_input_files(config.data.input)  # fail here, clearly, before starting a JVM
-    run_preprocess(config, force=getattr(args, "force", False))
-
-
-def _train(config: ShardlineConfig, args: argparse.Namespace) -> None:
-    from training.train import train
-
-    train(config)
-
-
-def _evaluate(config: ShardlineConfig, args: argparse.Namespace) -> None:
-    from training.evaluate import run_evaluation
-
-    run_evaluation(config)
-
-
-def _run(config: ShardlineConfig, args: argparse.Namespace) -> None:
-    for stage in (_preprocess, _train, _evaluate):
-        stage(config, args)
+    first = getattr(args, "first", None) or args.command
+    last = getattr(args, "last", None) or args.command
+    run_stages(config, first, last, force=args.force, dry_run=args.dry_run)
 
 
 def run_stage_main(stage: str, action: Callable[[ShardlineConfig, argparse.Namespace], Any], argv: list[str] | None) -> int:
@@ -130,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"shardline inspect: error: {error}", file=sys.stderr)
             return 2
         return 0
-    action = {"preprocess": _preprocess, "train": _train, "evaluate": _evaluate, "run": _run}[args.command]
+    action = {"preprocess": _run_stages, "train": _run_stages, "evaluate": _run_stages, "run": _run_stages}[args.command]
     return _guarded(args.command, action, args)
 
 

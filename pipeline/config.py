@@ -109,6 +109,10 @@ class EvalConfig(_Strict):
     batch_size: int = Field(64, ge=1)
 
 
+class DriverConfig(_Strict):
+    py_files: str | None = None  # zip for spark-submit --py-files, so cluster executors import the project (`shardline package`)
+
+
 class ShardlineConfig(_Strict):
     run_dir: str
     data: DataConfig
@@ -117,6 +121,7 @@ class ShardlineConfig(_Strict):
     spark: SparkConfig = Field(default_factory=SparkConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    driver: DriverConfig = Field(default_factory=DriverConfig)  # how `shardline run` launches stages; never changes results
 
     # Paths every stage agrees on; derived, never configured, so they cannot disagree.
     @property

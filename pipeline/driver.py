@@ -1,19 +1,40 @@
-"""The driver: runs the stages in order, the Spark one through `spark-submit` like production does.
+"""The driver: runs preprocess -> train -> evaluate, skipping the stages that are already done.
 
-Commands are argument lists, never shell strings. Each stage's full output goes to
-run_dir/logs/<stage>.log; the console gets the stage's own progress lines.
+Every stage runs as a subprocess built as an argument list, never a shell string: Spark through
+`spark-submit`, training through `python -m training.train` (or `torchrun` when train.nproc > 1).
+Its full output goes to run_dir/logs/<stage>.log, its progress lines to the console.
+
+A stage that succeeds writes run_dir/stages/<stage>.json: a hash of each config section it depends
+on and a fingerprint of its inputs. A later run skips the stage when the marker matches, its output
+is there and no earlier stage ran in the same invocation; a changed training key therefore reruns
+train and evaluate but not preprocess, and an unchanged rerun starts no JVM and no training process.
 """
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from pipeline import contract
 from pipeline.config import ShardlineConfig, save_config
 
 PREPROCESS_SCRIPT = Path(__file__).resolve().parent.parent / "spark_jobs" / "preprocess.py"
+STAGES = ("preprocess", "train", "evaluate")
+# The config sections each stage's output depends on (spark.* and driver.* never change results).
+STAGE_SECTIONS = {
+    "preprocess": ("data", "tokenizer", "preprocess"),
+    "train": ("data", "tokenizer", "preprocess", "train"),
+    "evaluate": ("data", "tokenizer", "preprocess", "train", "eval"),
+}
+MARKER_DIR = "stages"
+RESOLVED_CONFIG = "config.resolved.yaml"
 
 
 class StageFailed(RuntimeError):
@@ -22,14 +43,32 @@ class StageFailed(RuntimeError):
         self.stage, self.code, self.log_path = stage, code, log_path
 
 
+class StageOrderError(ValueError):
+    """--from/--to name an empty range, or a skipped earlier stage left no output to start from."""
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    stage: str
+    run: bool
+    reason: str  # why it runs, or why it is skipped
+    command: list[str]
+
+
+# --- commands -------------------------------------------------------------------------------------
+
 def spark_submit_executable() -> str:
     """pyspark's own launcher next to this interpreter, else the one on PATH (a cluster's)."""
-    beside = Path(sys.executable).parent / "spark-submit"
+    return _beside_python_or_on_path("spark-submit", "install pyspark 3.5, or put a Spark 3.5 bin/ on PATH")
+
+
+def _beside_python_or_on_path(name: str, hint: str) -> str:
+    beside = Path(sys.executable).parent / name
     if beside.exists():
         return str(beside)
-    found = shutil.which("spark-submit")
+    found = shutil.which(name)
     if not found:
-        raise FileNotFoundError("spark-submit not found beside this Python or on PATH; install pyspark 3.5")
+        raise FileNotFoundError(f"{name} not found beside {sys.executable} or on PATH; {hint}")
     return found
 
 
@@ -37,11 +76,139 @@ def spark_submit_command(config: ShardlineConfig, config_path: Path, force: bool
     command = [spark_submit_executable(), "--master", config.spark.master]
     for key, value in sorted(config.spark.conf.items()):
         command += ["--conf", f"{key}={value}"]
+    if config.driver.py_files:
+        command += ["--py-files", config.driver.py_files]
     command += [str(PREPROCESS_SCRIPT), "--config", str(config_path)]
     if force:
         command.append("--force")
     return command
 
+
+def train_command(config: ShardlineConfig, config_path: Path) -> list[str]:
+    if config.train.nproc > 1:
+        torchrun = _beside_python_or_on_path("torchrun", "install torch")
+        # --standalone: a local rendezvous on a free port, so two runs on one host cannot collide.
+        return [torchrun, "--standalone", "--nproc_per_node", str(config.train.nproc),
+                "-m", "training.train", "--config", str(config_path)]
+    return [sys.executable, "-m", "training.train", "--config", str(config_path)]
+
+
+def evaluate_command(config: ShardlineConfig, config_path: Path) -> list[str]:
+    return [sys.executable, "-m", "training.evaluate", "--config", str(config_path)]
+
+
+def stage_command(stage: str, config: ShardlineConfig, force_preprocess: bool = False) -> list[str]:
+    config_path = Path(config.run_dir) / RESOLVED_CONFIG
+    if stage == "preprocess":
+        return spark_submit_command(config, config_path, force_preprocess)
+    if stage == "train":
+        return train_command(config, config_path)
+    return evaluate_command(config, config_path)
+
+
+# --- markers --------------------------------------------------------------------------------------
+
+def stage_output(stage: str, config: ShardlineConfig) -> Path:
+    """The file whose presence says the stage's output is complete."""
+    return {
+        "preprocess": config.dataset_dir / contract.SUCCESS_FILE,
+        "train": config.model_dir,
+        "evaluate": Path(config.run_dir) / "eval.json",
+    }[stage]
+
+
+def marker_path(config: ShardlineConfig, stage: str) -> Path:
+    return Path(config.run_dir) / MARKER_DIR / f"{stage}.json"
+
+
+def read_marker(config: ShardlineConfig, stage: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(marker_path(config, stage).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def section_hashes(config: ShardlineConfig, stage: str) -> dict[str, str]:
+    return {name: config.section_hash(name) for name in STAGE_SECTIONS[stage]}
+
+
+def stage_inputs(config: ShardlineConfig, stage: str) -> dict[str, Any]:
+    """What a stage reads besides its config: a change here reruns it even with the same config."""
+    if stage == "preprocess":
+        from spark_jobs.read import resolve_input_files
+
+        files = []
+        for name in resolve_input_files(config.data.input):
+            stat = os.stat(name) if os.path.exists(name) else None  # remote inputs: only the name
+            files.append([name, stat.st_size if stat else None, stat.st_mtime_ns if stat else None])
+        return {"input_files": files}
+    manifest = config.dataset_dir / contract.MANIFEST_FILE
+    inputs = {"dataset_manifest_sha256": contract.file_sha256(manifest) if manifest.exists() else None}
+    if stage == "evaluate":
+        inputs["train_run_id"] = (read_marker(config, "train") or {}).get("run_id")
+    return inputs
+
+
+def write_marker(config: ShardlineConfig, stage: str, command: list[str]) -> None:
+    marker_path(config, stage).parent.mkdir(parents=True, exist_ok=True)
+    contract.write_json_atomic(marker_path(config, stage), {
+        "stage": stage,
+        "sections": section_hashes(config, stage),
+        "inputs": stage_inputs(config, stage),
+        "run_id": uuid.uuid4().hex,  # identifies this output; downstream markers record it
+        "command": command,
+    })
+
+
+def skip_reason(config: ShardlineConfig, stage: str) -> tuple[str | None, bool]:
+    """(None, _) when the stage is done; else (why it must run, whether only its inputs changed)."""
+    marker = read_marker(config, stage)
+    if marker is None:
+        return "no record of a finished run", False
+    if not stage_output(stage, config).exists():
+        return f"its output {stage_output(stage, config)} is missing", False
+    recorded = marker.get("sections", {})
+    changed = [name for name, value in section_hashes(config, stage).items() if recorded.get(name) != value]
+    if changed:
+        return f"config changed in {', '.join(changed)}", False
+    if marker.get("inputs") != stage_inputs(config, stage):
+        return "its inputs changed since the last run", True
+    return None, False
+
+
+def plan_stages(
+    config: ShardlineConfig, first: str = STAGES[0], last: str = STAGES[-1], force: bool = False
+) -> list[StagePlan]:
+    """Decide, before running anything, which stages in [first, last] run and why."""
+    selected = STAGES[STAGES.index(first): STAGES.index(last) + 1]
+    if not selected:
+        raise StageOrderError(f"--from {first} comes after --to {last}; stages run in the order {' -> '.join(STAGES)}")
+    for earlier in STAGES[: STAGES.index(first)]:
+        if not stage_output(earlier, config).exists():
+            raise StageOrderError(
+                f"--from {first} needs the output of {earlier} ({stage_output(earlier, config)}), which is missing; "
+                f"run from {earlier} instead"
+            )
+    plans: list[StagePlan] = []
+    upstream_ran = None
+    for stage in selected:
+        if force:
+            reason, inputs_only = "--force", False
+        elif upstream_ran:
+            reason, inputs_only = f"{upstream_ran} runs before it", False
+        else:
+            reason, inputs_only = skip_reason(config, stage)
+        if stage == "preprocess" and reason is not None:
+            stage_inputs(config, stage)  # a missing input fails here, in one line, before a JVM starts
+        # Same dataset config but changed input files: the job would skip itself, so make it rebuild.
+        force_preprocess = force or (stage == "preprocess" and inputs_only)
+        plans.append(StagePlan(stage, reason is not None, reason or "", stage_command(stage, config, force_preprocess)))
+        if reason is not None:
+            upstream_ran = upstream_ran or stage
+    return plans
+
+
+# --- running --------------------------------------------------------------------------------------
 
 def stage_environment() -> dict[str, str]:
     env = dict(os.environ)
@@ -56,7 +223,7 @@ def run_logged(stage: str, command: list[str], log_path: Path) -> None:
     """Run command; stdout goes to the console and the log, stderr (Spark's chatter) to the log only."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w", encoding="utf-8") as log:
-        log.write("$ " + " ".join(command) + "\n")
+        log.write("$ " + shlex.join(command) + "\n")
         log.flush()
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=log, text=True, env=stage_environment(), bufsize=1
@@ -72,8 +239,30 @@ def run_logged(stage: str, command: list[str], log_path: Path) -> None:
         raise StageFailed(stage, code, log_path)
 
 
-def run_preprocess(config: ShardlineConfig, force: bool = False) -> None:
-    config_path = Path(config.run_dir) / "config.resolved.yaml"
-    save_config(config, config_path)
-    command = spark_submit_command(config, config_path, force)
-    run_logged("preprocess", command, Path(config.run_dir) / "logs" / "preprocess.log")
+def run_stages(
+    config: ShardlineConfig,
+    first: str = STAGES[0],
+    last: str = STAGES[-1],
+    force: bool = False,
+    dry_run: bool = False,
+) -> list[StagePlan]:
+    """Run (or with dry_run, only print) the stages from first to last; returns the plan."""
+    plans = plan_stages(config, first, last, force)
+    config_path = Path(config.run_dir) / RESOLVED_CONFIG
+    if dry_run:
+        print(f"dry run: nothing runs; a real run first writes {config_path}")
+    else:
+        save_config(config, config_path)
+    for plan in plans:
+        if not plan.run:
+            print(f"{plan.stage}: skipped, done with this config and inputs (--force reruns it)", flush=True)
+            continue
+        if dry_run:
+            print(f"{plan.stage}: would run ({plan.reason}):\n  {shlex.join(plan.command)}", flush=True)
+            continue
+        print(f"{plan.stage}: running ({plan.reason})", flush=True)
+        marker_path(config, plan.stage).unlink(missing_ok=True)  # a half-done rerun is not "done"
+        run_logged(plan.stage, plan.command, Path(config.run_dir) / "logs" / f"{plan.stage}.log")
+        write_marker(config, plan.stage, plan.command)
+    return plans
+
