@@ -1,0 +1,26 @@
+# The Spark image: the official Apache Spark 3.5 image plus shardline's Spark-side Python stack.
+# It runs the standalone master and worker of docker/compose.yaml and submits the preprocess job.
+#   docker build -f docker/spark.Dockerfile -t shardline-spark:0.1.0 .
+# SPARK_IMAGE's Spark version must equal constraints.txt's pyspark: the job's Python side (pip's
+# pyspark) talks to this image's JVM, and executors unpickle what the driver pickled.
+ARG SPARK_IMAGE=apache/spark:3.5.9-scala2.12-java17-python3-ubuntu
+FROM ${SPARK_IMAGE}
+
+# The base image runs as uid 185 (spark); installing needs root for a moment.
+USER 0
+WORKDIR /opt/shardline
+COPY constraints.txt docker/requirements-spark.txt ./
+RUN pip3 install --no-cache-dir -c constraints.txt -r requirements-spark.txt
+COPY pyproject.toml README.md ./
+COPY pipeline ./pipeline
+COPY spark_jobs ./spark_jobs
+COPY training ./training
+COPY configs ./configs
+# --no-deps: the project's own code and `shardline` CLI, without torch (the Spark side never imports it).
+RUN pip3 install --no-cache-dir --no-deps . \
+    && mkdir -p /opt/shardline/runs \
+    && chown -R 185:185 /opt/shardline
+# Executors and the driver use the interpreter that has the packages above.
+ENV PYSPARK_PYTHON=python3 \
+    PYSPARK_DRIVER_PYTHON=python3
+USER 185

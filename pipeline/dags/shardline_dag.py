@@ -1,0 +1,102 @@
+"""shardline as an Airflow 3 DAG: preprocess (spark-submit) -> train -> evaluate, one run_dir per `ds`.
+
+This file only wires tasks: it imports no torch, no pyspark and nothing of shardline, so the
+scheduler parses it in milliseconds and the Airflow environment needs none of the training stack.
+
+- preprocess: `SparkSubmitOperator` on the connection `spark_default` (the master and deploy mode
+  come from it, e.g. AIRFLOW_CONN_SPARK_DEFAULT='spark://local?deploy-mode=client'); it submits
+  spark_jobs/preprocess.py with `--config CONFIG --set run_dir=RUN_ROOT/{{ ds }}` and ships
+  `py_files` (the zip `shardline package` builds) to the executors.
+- train, evaluate: run `shardline train` / `shardline evaluate` as argument lists (no shell) with the
+  same config and run_dir. `shardline` is a param: the command of an environment with the training
+  stack (e.g. `/opt/shardline/.venv/bin/shardline`); see the README for a KubernetesPodOperator
+  variant that runs it in the CUDA training image.
+
+Idempotent per `ds`: every task writes only under RUN_ROOT/{{ ds }}; the Spark job skips a dataset
+already built from the same config, and `shardline train`/`evaluate` skip work already done with the
+same config and inputs (stage markers in run_dir/stages/), so a retry or a cleared task redoes only
+what is missing.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Param, task
+
+DAG_ID = "shardline"
+# This file sits in pipeline/dags/ of a shardline checkout; the Spark job is two levels up.
+CHECKOUT = Path(__file__).resolve().parents[2]
+PREPROCESS_SCRIPT = CHECKOUT / "spark_jobs" / "preprocess.py"
+# Scheduled runs use the defaults, so a deployment sets these in the scheduler's environment.
+DEFAULT_CONFIG = os.environ.get("SHARDLINE_CONFIG", str(CHECKOUT / "configs" / "demo.yaml"))
+DEFAULT_RUN_ROOT = os.environ.get("SHARDLINE_RUN_ROOT", str(CHECKOUT / "runs" / "airflow"))
+RUN_DIR = "{{ params.run_root }}/{{ ds }}"
+ABSOLUTE_PATH = "^/"  # tasks run in different working directories (and hosts): relative paths would drift
+
+PARAMS = {
+    "config": Param(
+        DEFAULT_CONFIG, type="string", pattern=ABSOLUTE_PATH,
+        description="absolute path of the shardline YAML recipe, readable by the Spark driver and the trainer",
+    ),
+    "run_root": Param(
+        DEFAULT_RUN_ROOT, type="string", pattern=ABSOLUTE_PATH,
+        description="absolute directory on storage every task shares; each run writes RUN_ROOT/<ds>/",
+    ),
+    "application": Param(
+        str(PREPROCESS_SCRIPT), type="string", pattern=ABSOLUTE_PATH,
+        description="the Spark job script (spark_jobs/preprocess.py) on the host that runs spark-submit",
+    ),
+    "py_files": Param(
+        "", type="string", pattern=r"^$|^\S+\.zip$",
+        description="zip of the project for the executors (`shardline package`); empty in local mode",
+    ),
+    "shardline": Param(
+        "shardline", type="string", minLength=1,
+        description="command that runs the shardline CLI with the training stack, split like a shell would",
+    ),
+}
+
+
+def shardline_stage_command(shardline: str, stage: str, config: str, run_dir: str) -> list[str]:
+    return [*shlex.split(shardline), stage, "--config", config, "--set", f"run_dir={run_dir}"]
+
+
+with DAG(
+    dag_id=DAG_ID,
+    description="corpus -> Parquet (Spark) -> trained model -> eval.json, one run_dir per ds",
+    schedule="@daily",
+    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    catchup=False,
+    max_active_runs=1,  # runs of one DAG share the config's tokenizer/model choices; keep them serial
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
+    params=PARAMS,
+    doc_md=__doc__,
+    tags=["shardline"],
+) as dag:
+    preprocess = SparkSubmitOperator(
+        task_id="preprocess",
+        conn_id="spark_default",
+        application="{{ params.application }}",
+        application_args=["--config", "{{ params.config }}", "--set", f"run_dir={RUN_DIR}"],
+        py_files="{{ params.py_files }}",  # empty renders to no --py-files at all
+        name="shardline-preprocess-{{ ds_nodash }}",
+        execution_timeout=timedelta(hours=6),
+    )
+
+    @task(execution_timeout=timedelta(hours=24))
+    def shardline_stage(stage: str, params=None, ds=None) -> str:
+        """Run one `shardline` stage on this ds's run_dir; returns the run_dir (a path, never data)."""
+        run_dir = f"{params['run_root']}/{ds}"
+        command = shardline_stage_command(params["shardline"], stage, params["config"], run_dir)
+        print("$ " + shlex.join(command), flush=True)
+        subprocess.run(command, check=True)
+        return run_dir
+
+    train = shardline_stage.override(task_id="train")("train")
+    evaluate = shardline_stage.override(task_id="evaluate", execution_timeout=timedelta(hours=2))("evaluate")
+    preprocess >> train >> evaluate

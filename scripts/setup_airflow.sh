@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Creates .venv-airflow/ with Airflow 3 and the Spark provider, pinned by constraints-airflow.txt.
+# A separate environment: Airflow's ~130 dependencies must not move the training stack's pins in
+# .venv/. The DAG imports nothing of shardline; its tasks call .venv's `shardline` and spark-submit.
+# Idempotent: a second run with unchanged pins does nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+venv=.venv-airflow
+if [ ! -x "$venv/bin/python" ]; then
+  "$PYTHON" -m venv "$venv"
+fi
+stamp=$venv/.shardline-installed
+want=$(sha256sum constraints-airflow.txt | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  started=$(date +%s)
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -c constraints-airflow.txt apache-airflow apache-airflow-providers-apache-spark
+  echo "$want" > "$stamp"
+  echo "setup_airflow.sh: installed Airflow into $venv in $(( $(date +%s) - started ))s"
+fi

@@ -1,0 +1,126 @@
+"""The driver's decisions: exact command lines, and which stages a rerun skips (on real files)."""
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline import contract, driver
+from pipeline.config import build_config
+
+
+def _config(run_dir: Path, corpus: Path, *overrides: str):
+    tree = {"run_dir": str(run_dir), "data": {"input": str(corpus), "label_column": "label"},
+            "tokenizer": {"train": {"vocab_size": 500}}}
+    return build_config(tree, list(overrides))
+
+
+@pytest.fixture
+def finished_run(tmp_path):
+    """A run_dir whose three stages have finished: outputs in place, markers written by the driver."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"text": "a document", "label": "x"}\n')
+    config = _config(tmp_path / "run", corpus)
+    config.dataset_dir.mkdir(parents=True)
+    (config.dataset_dir / contract.MANIFEST_FILE).write_text('{"rows": 1}')
+    (config.dataset_dir / contract.SUCCESS_FILE).touch()
+    config.model_dir.mkdir()
+    (Path(config.run_dir) / "eval.json").write_text("{}")
+    for stage in driver.STAGES:
+        driver.write_marker(config, stage, ["recorded"])
+    return tmp_path, corpus
+
+
+def _decisions(tmp_path, corpus, *overrides, **options):
+    config = _config(tmp_path / "run", corpus, *overrides)
+    return [(plan.stage, plan.run, plan.reason) for plan in driver.plan_stages(config, **options)]
+
+
+def test_spark_submit_line_carries_master_conf_and_py_files_in_order():
+    config = build_config(
+        {"run_dir": "runs/x", "data": {"input": "c.jsonl"}, "tokenizer": {"train": {}},
+         "spark": {"master": "yarn", "conf": {"spark.executor.memory": "4g", "spark.sql.shuffle.partitions": 64}},
+         "driver": {"py_files": "dist/shardline.zip"}}
+    )
+    command = driver.spark_submit_command(config, Path("runs/x/config.resolved.yaml"), force=True)
+    assert command == [
+        driver.spark_submit_executable(), "--master", "yarn",
+        "--conf", "spark.executor.memory=4g", "--conf", "spark.sql.shuffle.partitions=64",
+        "--py-files", "dist/shardline.zip",
+        str(driver.PREPROCESS_SCRIPT), "--config", "runs/x/config.resolved.yaml", "--force",
+    ]
+
+
+def test_train_runs_in_one_process_or_under_torchrun_by_nproc(tmp_path):
+    path = Path("runs/x/config.resolved.yaml")
+    single = _config(tmp_path, tmp_path / "c.jsonl")
+    assert driver.train_command(single, path) == [sys.executable, "-m", "training.train", "--config", str(path)]
+    multi = _config(tmp_path, tmp_path / "c.jsonl", "train.nproc=4")
+    assert driver.train_command(multi, path) == [
+        str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node", "4",
+        "-m", "training.train", "--config", str(path),
+    ]
+
+
+def test_driver_and_spark_job_agree_on_what_a_dataset_depends_on():
+    from spark_jobs.preprocess import DATASET_SECTIONS
+
+    assert driver.STAGE_SECTIONS["preprocess"] == DATASET_SECTIONS
+
+
+def test_unchanged_config_and_inputs_skip_every_stage(finished_run):
+    assert _decisions(*finished_run) == [("preprocess", False, ""), ("train", False, ""), ("evaluate", False, "")]
+    # spark.* and driver.* never change results, so they never rerun anything
+    assert not any(run for _, run, _ in _decisions(*finished_run, "spark.master=yarn", "driver.py_files=x.zip"))
+
+
+def test_a_training_key_reruns_train_and_evaluate_only(finished_run):
+    assert _decisions(*finished_run, "train.lr=0.01") == [
+        ("preprocess", False, ""),
+        ("train", True, "config changed in train"),
+        ("evaluate", True, "train runs before it"),
+    ]
+    assert _decisions(*finished_run, "eval.batch_size=8") == [
+        ("preprocess", False, ""), ("train", False, ""), ("evaluate", True, "config changed in eval"),
+    ]
+
+
+def test_a_dataset_key_reruns_everything(finished_run):
+    assert _decisions(*finished_run, "preprocess.seed=5") == [
+        ("preprocess", True, "config changed in preprocess"),
+        ("train", True, "preprocess runs before it"),
+        ("evaluate", True, "preprocess runs before it"),
+    ]
+
+
+def test_changed_input_file_rebuilds_the_dataset_with_force(finished_run):
+    tmp_path, corpus = finished_run
+    corpus.write_text(corpus.read_text() + '{"text": "another document", "label": "y"}\n')
+    plans = driver.plan_stages(_config(tmp_path / "run", corpus))
+    assert [(p.stage, p.run, p.reason) for p in plans][0] == ("preprocess", True, "its inputs changed since the last run")
+    assert plans[0].command[-1] == "--force"  # same config: the job would otherwise skip its old dataset
+    assert all(p.run for p in plans)
+
+
+def test_missing_output_reruns_that_stage_and_what_follows(finished_run):
+    tmp_path, corpus = finished_run
+    (tmp_path / "run" / "eval.json").unlink()
+    assert _decisions(*finished_run) == [
+        ("preprocess", False, ""), ("train", False, ""),
+        ("evaluate", True, f"its output {tmp_path / 'run' / 'eval.json'} is missing"),
+    ]
+
+
+def test_force_from_and_to_select_the_stages(finished_run):
+    assert _decisions(*finished_run, force=True, first="train") == [
+        ("train", True, "--force"), ("evaluate", True, "--force"),
+    ]
+    assert _decisions(*finished_run, "train.lr=0.5", last="preprocess") == [("preprocess", False, "")]
+
+
+def test_from_a_stage_whose_input_is_missing_is_refused(finished_run):
+    tmp_path, corpus = finished_run
+    (tmp_path / "run" / "dataset" / contract.SUCCESS_FILE).unlink()
+    with pytest.raises(driver.StageOrderError, match="--from train needs the output of preprocess"):
+        _decisions(tmp_path, corpus, first="train")
+    with pytest.raises(driver.StageOrderError, match="--from evaluate comes after --to train"):
+        _decisions(tmp_path, corpus, first="evaluate", last="train")
