@@ -72,7 +72,7 @@ with DAG(
     schedule="@daily",
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,
-    max_active_runs=1,  # runs of one DAG share the config's tokenizer/model choices; keep them serial
+    max_active_runs=1,  # each run takes the Spark cluster and the GPU; serial runs do not compete for them
     default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
     params=PARAMS,
     doc_md=__doc__,
