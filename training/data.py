@@ -167,37 +167,58 @@ def iter_row_groups(spec: ReaderSpec, plan: RowGroupPlan, epoch: int) -> Iterato
             yield group
 
 
-def iter_batches(spec: ReaderSpec, epoch: int = 0, start_batch: int = 0) -> Iterator[Batch]:
-    """Yield the epoch's batches from batch index start_batch on (earlier ones are read, not built)."""
-    plan = plan_epoch(spec, epoch)
+def iter_windows(spec: ReaderSpec, plan: RowGroupPlan, epoch: int) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray | None]]:
+    """The shuffle buffer: num_shuffle_row_groups row groups at a time, with a seeded row order
+    (None when not shuffling). The order is drawn for every window, so skipping some keeps the rest."""
     rng = np.random.default_rng([spec.seed, epoch, spec.rank])
-    pending: list[dict[str, np.ndarray]] = []
-    pending_rows, emitted = 0, 0
     window: list[dict[str, np.ndarray]] = []
-    groups = iter_row_groups(spec, plan, epoch)
-    for position, group in enumerate(groups, start=1):
+    for position, group in enumerate(iter_row_groups(spec, plan, epoch), start=1):
         window.append(group)
-        if len(window) < spec.num_shuffle_row_groups and position < len(plan.order):
-            continue
-        merged = _concat(window)
-        window = []
-        if spec.shuffle:  # drawn even for skipped windows, so the generator's state matches a fresh run
-            order = rng.permutation(len(next(iter(merged.values()))))
-            merged = {name: values[order] for name, values in merged.items()}
-        pending.append(merged)
-        pending_rows += len(next(iter(merged.values())))
-        while pending_rows >= spec.batch_size and emitted < plan.num_batches:
-            merged = _concat(pending)
+        if len(window) == spec.num_shuffle_row_groups or position == len(plan.order):
+            merged = _concat(window)
+            window = []
+            yield merged, rng.permutation(_rows(merged)) if spec.shuffle else None
+
+
+def iter_batches(spec: ReaderSpec, epoch: int = 0, start_batch: int = 0) -> Iterator[Batch]:
+    """Yield the epoch's batches from batch index start_batch on (earlier ones are read, not built).
+
+    Each batch is gathered straight from its window in shuffled order (one copy per batch); rows left
+    over at a window's end open the next batch."""
+    plan = plan_epoch(spec, epoch)
+    emitted, carry = 0, None
+    windows = iter_windows(spec, plan, epoch)
+    for merged, order in windows:
+        rows, position = _rows(merged), 0
+        while emitted < plan.num_batches:
+            need = spec.batch_size - (_rows(carry) if carry else 0)
+            if rows - position < need:
+                break
             if emitted >= start_batch:
-                yield _to_batch({k: v[: spec.batch_size] for k, v in merged.items()}, spec.pin_memory)
-            emitted += 1
-            pending = [{k: v[spec.batch_size:] for k, v in merged.items()}]
-            pending_rows -= spec.batch_size
+                yield _to_batch(_join(carry, _take(merged, order, position, position + need)), spec.pin_memory)
+            emitted, carry, position = emitted + 1, None, position + need
         if emitted >= plan.num_batches:
-            groups.close()  # the rest of this rank's rows are beyond the batches every rank shares
+            windows.close()  # the rest of this rank's rows are beyond the batches every rank shares
             return
-    if pending_rows and emitted < plan.num_batches and emitted >= start_batch:
-        yield _to_batch(_concat(pending), spec.pin_memory)
+        if position < rows:  # fewer rows left than a batch: they start the next one
+            carry = _join(carry, _take(merged, order, position, rows))
+    if carry and emitted < plan.num_batches and emitted >= start_batch:
+        yield _to_batch(carry, spec.pin_memory)
+
+
+def _rows(columns: dict[str, np.ndarray]) -> int:
+    return len(next(iter(columns.values())))
+
+
+def _take(columns: dict[str, np.ndarray], order: np.ndarray | None, start: int, stop: int) -> dict[str, np.ndarray]:
+    if order is None:
+        return {name: values[start:stop] for name, values in columns.items()}
+    rows = order[start:stop]
+    return {name: values[rows] for name, values in columns.items()}
+
+
+def _join(first: dict[str, np.ndarray] | None, second: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return second if not first else _concat([first, second])
 
 
 def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -207,12 +228,15 @@ def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 
 def _to_batch(columns: dict[str, np.ndarray], pin_memory: bool) -> Batch:
+    """Token columns stay int32/int8 as stored (embeddings take int32; half the bytes to copy);
+    labels become int64, which cross_entropy requires."""
     batch: Batch = {}
     for name, values in columns.items():
         if name == contract.ID_COLUMN:
             batch[name] = [str(v) for v in values]
             continue
-        tensor = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
+        values = values.astype(np.int64) if name == contract.LABEL else np.require(values, requirements=["C", "W"])
+        tensor = torch.from_numpy(values)
         batch[name] = tensor.pin_memory() if pin_memory else tensor
     return batch
 

@@ -80,7 +80,8 @@ def forward_loss(model: nn.Module, batch: Batch, task: str, reduction: str = "me
     logits = model(**{name: batch[name] for name in TASK_COLUMNS["causal_lm"]})
     targets = causal_targets(batch[contract.INPUT_IDS], batch[contract.POSITION_IDS], batch[contract.SEGMENT_IDS])
     shifted = logits[:, :-1].float()
-    loss = F.cross_entropy(shifted.reshape(-1, shifted.shape[-1]), targets.reshape(-1), ignore_index=-100, reduction=reduction)
+    loss = F.cross_entropy(shifted.reshape(-1, shifted.shape[-1]), targets.reshape(-1).long(), ignore_index=-100,
+                           reduction=reduction)
     return loss, logits
 
 

@@ -39,6 +39,11 @@ def _publish(dataset_dir: Path, manifest: contract.Manifest) -> None:
     (dataset_dir / contract.SUCCESS_FILE).write_text("")
 
 
+def _fixed_lists(matrix: np.ndarray, value_type: pa.DataType) -> pa.ListArray:
+    offsets = pa.array(np.arange(0, matrix.size + 1, matrix.shape[1], dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(matrix.ravel(), type=value_type))
+
+
 def classification_table(first_id: int, rows: int, max_length: int, vocab_size: int, num_labels: int) -> pa.Table:
     """Rows whose label is readable from the tokens (token 2 + label leads), so models can learn it."""
     rng = np.random.default_rng(first_id)
@@ -51,8 +56,8 @@ def classification_table(first_id: int, rows: int, max_length: int, vocab_size: 
     input_ids = np.where(mask == 1, input_ids, 0).astype(np.int32)
     return pa.table({
         contract.ID_COLUMN: pa.array([f"doc-{i:06d}" for i in ids]),
-        contract.INPUT_IDS: pa.array(list(input_ids), type=pa.list_(pa.int32())),
-        contract.ATTENTION_MASK: pa.array(list(mask), type=pa.list_(pa.int8())),
+        contract.INPUT_IDS: _fixed_lists(input_ids, pa.int32()),
+        contract.ATTENTION_MASK: _fixed_lists(mask, pa.int8()),
         contract.LABEL: pa.array(labels.astype(np.int32)),
         contract.NUM_TOKENS: pa.array(lengths.astype(np.int32)),
     })
