@@ -13,19 +13,14 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "tests" / "unit")]  # the tests' contract-layout dataset writer
+sys.path[:0] = [str(REPO_ROOT), str(Path(__file__).resolve().parent)]
 
-from parquet_datasets import write_classification_dataset  # noqa: E402
-from pipeline.config import build_config  # noqa: E402
-from training.distributed import Processes  # noqa: E402
-from training.loop import Trainer  # noqa: E402
-from training.models import build_model  # noqa: E402
+from bench_stall import train_on_synthetic  # noqa: E402
 
 BERT_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}
 
@@ -42,27 +37,10 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("bench_gpu_bert.py needs a CUDA device; none is visible")
     with tempfile.TemporaryDirectory() as tmp:
-        run_dir = Path(tmp)
-        files, groups = 16, 4
-        manifest = write_classification_dataset(
-            run_dir / "dataset", [[args.rows // (files * groups)] * groups for _ in range(files)],
-            max_length=args.seq, vocab_size=30522, num_labels=4)
-        config = build_config({
-            "run_dir": str(run_dir), "data": {"input": "synthetic"}, "tokenizer": {"path": "synthetic"},
-            "preprocess": {"max_length": args.seq},
-            "train": {"model": "bert", "model_config": BERT_BASE, "batch_size": args.batch_size, "precision": "bf16",
-                      "optimizer": "adamw", "lr": 1e-4, "log_every": 50, "resume": "never", "device": "cuda",
-                      "num_reader_workers": args.workers, "compile": args.compile},
-        })
-        torch.manual_seed(0)
-        model = build_model(config.train, manifest)
-        parameters = sum(p.numel() for p in model.parameters())
-        trainer = Trainer(model.to("cuda"), config, manifest, Processes(0, 1, torch.device("cuda")))
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        summary = trainer.fit()
-        torch.cuda.synchronize()
-        seconds = time.perf_counter() - started
+        summary, seconds, parameters = train_on_synthetic(Path(tmp), args.rows, args.seq, {
+            "model": "bert", "model_config": BERT_BASE, "batch_size": args.batch_size, "precision": "bf16",
+            "optimizer": "adamw", "lr": 1e-4, "device": "cuda", "num_reader_workers": args.workers,
+            "compile": args.compile}, device="cuda", vocab_size=30522, files=16)
     samples = summary["steps"] * args.batch_size
     tokens_per_s = samples * args.seq / seconds
     flops_per_token = 6 * parameters + 12 * BERT_BASE["num_hidden_layers"] * BERT_BASE["hidden_size"] * args.seq

@@ -35,7 +35,7 @@ def child(rows: int) -> None:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         before = _rss_mb()
-        _, summary, seconds = train_mlp(Path(tmp), rows, 128, 64, 2)
+        summary, seconds = train_mlp(Path(tmp), rows, 128, 64, 2)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
     print(json.dumps({"rows": rows, "steps": summary["steps"], "seconds": seconds, "rss_before_mb": before, "peak_mb": peak}))
 

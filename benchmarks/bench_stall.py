@@ -23,21 +23,32 @@ from training.loop import Trainer  # noqa: E402
 from training.models import build_model  # noqa: E402
 
 
-def train_mlp(run_dir: Path, rows: int, max_length: int, batch_size: int, workers: int) -> tuple[Trainer, dict, float]:
-    files, groups = 8, 4
+def train_on_synthetic(run_dir: Path, rows: int, max_length: int, train: dict, device: str = "cpu",
+                       vocab_size: int = 8000, files: int = 8) -> tuple[dict, float, int]:
+    """One epoch of the real Trainer on a synthetic dataset: (summary, seconds, parameter count)."""
+    groups = 4
     manifest = write_classification_dataset(run_dir / "dataset", [[rows // (files * groups)] * groups for _ in range(files)],
-                                            max_length=max_length, vocab_size=8000)
+                                            max_length=max_length, vocab_size=vocab_size, num_labels=4)
     config = build_config({
         "run_dir": str(run_dir), "data": {"input": "synthetic"}, "tokenizer": {"path": "synthetic"},
-        "preprocess": {"max_length": max_length},
-        "train": {"model": "mlp", "batch_size": batch_size, "log_every": 100, "resume": "never",
-                  "num_reader_workers": workers, "device": "cpu", "precision": "fp32"},
+        "preprocess": {"max_length": max_length}, "train": {"log_every": 100, "resume": "never", **train},
     })
     torch.manual_seed(0)
-    trainer = Trainer(build_model(config.train, manifest), config, manifest, Processes(0, 1, torch.device("cpu")))
+    model = build_model(config.train, manifest)
+    trainer = Trainer(model.to(device), config, manifest, Processes(0, 1, torch.device(device)))
+    if device == "cuda":
+        torch.cuda.synchronize()
     started = time.perf_counter()
     summary = trainer.fit()
-    return trainer, summary, time.perf_counter() - started
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return summary, time.perf_counter() - started, sum(p.numel() for p in model.parameters())
+
+
+def train_mlp(run_dir: Path, rows: int, max_length: int, batch_size: int, workers: int) -> tuple[dict, float]:
+    summary, seconds, _ = train_on_synthetic(run_dir, rows, max_length, {
+        "model": "mlp", "batch_size": batch_size, "num_reader_workers": workers, "device": "cpu", "precision": "fp32"})
+    return summary, seconds
 
 
 def main() -> None:
@@ -48,7 +59,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        trainer, summary, seconds = train_mlp(Path(tmp), args.rows, args.max_length, args.batch_size, args.workers)
+        summary, seconds = train_mlp(Path(tmp), args.rows, args.max_length, args.batch_size, args.workers)
     stall = summary["input_stall"]
     print(f"mlp, 1 epoch: {summary['steps']} steps of {args.batch_size} x {args.max_length} tokens in {seconds:.2f} s "
           f"({summary['steps'] * args.batch_size / seconds:,.0f} samples/s), torch threads {torch.get_num_threads()}")
