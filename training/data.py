@@ -158,7 +158,7 @@ def iter_row_groups(spec: ReaderSpec, plan: RowGroupPlan, epoch: int) -> Iterato
         stream_of = {i: s for s, indexes in enumerate(plan.streams) for i in indexes}
         for index in plan.order:
             group = next(readers[stream_of[index]])
-            rows = len(next(iter(group.values())))
+            rows = _rows(group)
             if rows != spec.row_group_rows[index]:
                 raise RuntimeError(
                     f"{spec.split_dir}: row group {index} has {rows} rows but the manifest says "

@@ -93,3 +93,15 @@ def test_macro_f1_matches_a_hand_computed_value():
     predicted = torch.tensor([0, 1, 1, 1, 0, 2])
     # class 0: tp1 fp1 fn1 -> 0.5; class 1: tp2 fp1 fn0 -> 0.8; class 2: tp1 fp0 fn1 -> 2/3
     assert macro_f1(labels, predicted) == pytest.approx((0.5 + 0.8 + 2 / 3) / 3)
+
+
+def test_fp16_step_goes_through_the_grad_scaler():
+    model = _model()
+    cfg = TrainConfig()
+    optimizer = build_optimizer(model, cfg)
+    scheduler = build_scheduler(optimizer, cfg, total_steps=10)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8)
+    before = [p.detach().clone() for p in model.parameters()]
+    result = train_step(model, [_batch(4, seed=5)], optimizer, scheduler, scaler, "classification", torch.float16, None, 1)
+    assert math.isfinite(result.loss) and scaler.get_scale() == 2.0 ** 8  # finite grads: the scale is kept
+    assert any(not torch.equal(p, b) for p, b in zip(model.parameters(), before))  # and the step was taken
