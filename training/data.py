@@ -214,7 +214,7 @@ def _take(columns: dict[str, np.ndarray], order: np.ndarray | None, start: int, 
     if order is None:
         return {name: values[start:stop] for name, values in columns.items()}
     rows = order[start:stop]
-    return {name: values[rows] for name, values in columns.items()}
+    return {name: np.take(values, rows, axis=0) for name, values in columns.items()}  # faster than values[rows]
 
 
 def _join(first: dict[str, np.ndarray] | None, second: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
