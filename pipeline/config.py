@@ -82,19 +82,31 @@ class SparkConfig(_Strict):
 
 class TrainConfig(_Strict):
     model: Literal["mlp", "bert", "gpt2"] = "mlp"
-    model_config_: dict[str, Any] = Field(default_factory=dict, alias="model_config")  # for `bert`
+    model_config_: dict[str, Any] = Field(default_factory=dict, alias="model_config")  # bert/gpt2 settings
     pretrained: str | None = None  # local directory of a pretrained transformers model
     epochs: int = Field(1, ge=1)
     max_steps: int | None = Field(None, ge=1)  # stop early after this many optimizer steps
-    batch_size: int = Field(32, ge=1)
+    batch_size: int = Field(32, ge=1)  # per process and micro-batch
+    grad_accum_steps: int = Field(1, ge=1)  # micro-batches per optimizer step
     optimizer: Literal["adamw", "adam", "sgd", "rmsprop"] = "adamw"
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
+    scheduler: Literal["linear", "cosine", "constant"] = "constant"  # after warmup, via transformers.get_scheduler
+    warmup_steps: int = Field(0, ge=0)  # linear warmup from 0 to lr
+    max_grad_norm: float | None = Field(None, gt=0)  # clip the global grad norm; None = no clipping
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: bf16 on CUDA that has it, else fp32
+    compile: bool = False  # torch.compile the model (needs a C compiler on CPU)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     nproc: int = Field(1, ge=1)  # data-parallel processes (torchrun --nproc_per_node)
     seed: int = 0
     log_every: int = Field(10, ge=1)
-    num_reader_workers: int = Field(1, ge=1)  # Petastorm worker threads
+    eval_every: int | None = Field(None, ge=1)  # steps between val evaluations (also at the end)
+    checkpoint_every: int | None = Field(None, ge=1)  # steps between checkpoints (also each epoch end)
+    num_checkpoints_kept: int = Field(2, ge=1)  # older checkpoints are deleted
+    resume: Literal["auto", "never"] = "auto"  # auto: continue from the newest valid checkpoint in run_dir
+    num_reader_workers: int = Field(2, ge=1)  # parallel single-worker Petastorm streams per process
+    num_shuffle_row_groups: int = Field(4, ge=1)  # row groups mixed by the in-memory shuffle buffer
+    record_sample_ids: bool = False  # write run_dir/samples/rank-N.jsonl (ids per step), to audit the data order
     hidden_size: int = Field(128, ge=1)  # mlp only
     embedding_dim: int = Field(64, ge=1)  # mlp only
 

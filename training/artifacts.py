@@ -36,7 +36,7 @@ def staged_dir(final_dir: Path) -> Iterator[Path]:
         os.replace(staging, final_dir)
 
 
-def write_model_sidecars(directory: Path, config: ShardlineConfig, manifest: contract.Manifest, steps: int) -> None:
+def write_model_sidecars(directory: Path, config: ShardlineConfig, manifest: contract.Manifest, summary: dict) -> None:
     """Tokenizer, label map and lineage beside the weights: the directory is usable on its own."""
     for item in config.tokenizer_dir.iterdir():
         shutil.copy2(item, directory / item.name)
@@ -46,7 +46,10 @@ def write_model_sidecars(directory: Path, config: ShardlineConfig, manifest: con
         "dataset_manifest_sha256": contract.file_sha256(config.dataset_dir / contract.MANIFEST_FILE),
         "tokenizer_sha256": manifest.tokenizer_sha256,
         "schema_version": manifest.schema_version,
-        "steps": steps,
+        "steps": summary["steps"],
+        "final_loss": summary["final_loss"],
+        "input_stall": summary["input_stall"],
+        "weights_sha256_per_rank": summary["weights_sha256_per_rank"],  # equal on every rank, or DDP went wrong
         "code_version": _code_version(),
         "config": config.to_dict(),
     }

@@ -1,6 +1,8 @@
 """Evaluate a trained model on one split and write run_dir/eval.json.
 
     python -m training.evaluate --config configs/demo.yaml [--set eval.split=val]
+
+Classification: loss, accuracy, macro-F1. Causal LM: loss and perplexity per predicted token.
 """
 from __future__ import annotations
 
@@ -9,8 +11,9 @@ from pathlib import Path
 
 from pipeline import contract
 from pipeline.config import ShardlineConfig
-from training.data import ReaderSpec
-from training.loop import evaluate, pick_device
+from training.data import TASK_COLUMNS, split_spec
+from training.distributed import pick_device
+from training.loop import evaluate, resolve_precision
 from training.models import load_model
 
 
@@ -21,11 +24,13 @@ def run_evaluation(config: ShardlineConfig) -> dict:
         split = "val"  # a tiny corpus can leave test empty; val is the next best held-out split
     device = pick_device(config.train.device)
     model = load_model(config.model_dir).to(device)
-    spec = ReaderSpec(contract.split_dir(config.dataset_dir, split), config.eval.batch_size, shuffle=False)
-    result = evaluate(model, spec, device)
-    payload = {"split": split, "examples": result.examples, "loss": result.loss, "accuracy": result.accuracy}
+    spec = split_spec(config.dataset_dir, manifest, split, batch_size=config.eval.batch_size,
+                      columns=TASK_COLUMNS[manifest.task], shuffle=False)
+    result = evaluate(model, spec, device, manifest.task, resolve_precision(config.train.precision, device))
+    payload = {"split": split, "task": manifest.task, **result}
     contract.write_json_atomic(Path(config.run_dir) / "eval.json", payload)
-    print(f"evaluate: {split} accuracy {result.accuracy:.4f} loss {result.loss:.4f} on {result.examples} examples")
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float))
+    print(f"evaluate: {split}: {shown} on {result['examples']} examples")
     return payload
 
 

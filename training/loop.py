@@ -1,27 +1,49 @@
-"""The training loop, top to bottom: optimizer, train_step, evaluate, fit."""
+"""The training loop, top to bottom: precision, optimizer, schedule, train_step, evaluate, fit.
+
+fit() owns the run's state (step, epoch, batch within the epoch); with the reader's deterministic
+order, that state plus the checkpointed model/optimizer/scheduler/scaler/RNG resumes a killed run
+exactly where it stopped.
+"""
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import math
+import os
+import random
+import signal
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from pipeline import contract
-from pipeline.config import TrainConfig
-from training.data import ReaderSpec, iter_batches
+from pipeline.config import ShardlineConfig, TrainConfig
+from training import checkpoint
+from training.data import TASK_COLUMNS, BackgroundBatches, Batch, ReaderSpec, iter_batches, plan_epoch, split_spec
+from training.distributed import Processes, barrier, gather
+from training.metrics import MetricsLog, format_stall_report, stall_report
+from training.models import causal_targets
+
+# Config keys that may change between a checkpoint and its resumption without changing the result.
+RESUMABLE_CHANGES = {"epochs", "max_steps", "log_every", "eval_every", "checkpoint_every", "num_checkpoints_kept",
+                     "resume", "num_reader_workers", "record_sample_ids", "device", "nproc", "compile"}
+# Fault injection for the kill-and-resume test: SIGKILL this process right after that step.
+KILL_AT_STEP_ENV = "SHARDLINE_TEST_SIGKILL_AT_STEP"
 
 
-def pick_device(requested: str) -> torch.device:
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device is cuda but no CUDA device is visible; use auto or cpu")
+def resolve_precision(requested: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype, or None for plain fp32."""
     if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(requested)
+        bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if bf16 else None
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[requested]
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -35,70 +57,310 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
     return torch.optim.RMSprop(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
-def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int):
+    from transformers import get_scheduler
+
+    name = "constant_with_warmup" if cfg.scheduler == "constant" else cfg.scheduler
+    return get_scheduler(name, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=total_steps)
 
 
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor]) -> float:
-    model.train()
-    logits = model(batch[contract.INPUT_IDS], batch[contract.ATTENTION_MASK])
-    loss = F.cross_entropy(logits, batch[contract.LABEL])
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-    return loss.item()
+def _autocast(device: torch.device, dtype: torch.dtype | None):
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def forward_loss(model: nn.Module, batch: Batch, task: str, reduction: str = "mean") -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, logits) for one batch; causal LM losses skip padding and document starts."""
+    if task == "classification":
+        logits = model(input_ids=batch[contract.INPUT_IDS], attention_mask=batch[contract.ATTENTION_MASK])
+        return F.cross_entropy(logits.float(), batch[contract.LABEL], reduction=reduction), logits
+    logits = model(**{name: batch[name] for name in TASK_COLUMNS["causal_lm"]})
+    targets = causal_targets(batch[contract.INPUT_IDS], batch[contract.POSITION_IDS], batch[contract.SEGMENT_IDS])
+    shifted = logits[:, :-1].float()
+    loss = F.cross_entropy(shifted.reshape(-1, shifted.shape[-1]), targets.reshape(-1).long(), ignore_index=-100,
+                           reduction=reduction)
+    return loss, logits
 
 
 @dataclass
-class EvalResult:
-    examples: int
+class StepResult:
     loss: float
-    accuracy: float
+    grad_norm: float
+
+
+def train_step(model: nn.Module, micro_batches: list[Batch], optimizer, scheduler, scaler, task: str,
+               autocast_dtype: torch.dtype | None, max_grad_norm: float | None, step: int) -> StepResult:
+    """One optimizer step over one or more micro-batches (gradient accumulation); under DDP the
+    gradients are all-reduced once, on the last micro-batch."""
+    model.train()
+    device = next(model.parameters()).device
+    total = 0.0
+    for index, batch in enumerate(micro_batches):
+        last = index == len(micro_batches) - 1
+        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+        with sync:
+            with _autocast(device, autocast_dtype):
+                loss, _ = forward_loss(model, batch, task)
+            scaler.scale(loss / len(micro_batches)).backward()
+        total += loss.item() / len(micro_batches)
+    scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm or math.inf).item()
+    # After the all-reduce the grad norm is the same on every rank, so all ranks stop together.
+    # Under fp16 an overflow is the scaler's business (it skips the step); only the loss says "diverged".
+    diverged = not math.isfinite(total) if scaler.is_enabled() else not math.isfinite(grad_norm)
+    if diverged:
+        raise FloatingPointError(
+            f"training diverged at step {step}: loss {total}, grad norm {grad_norm}; "
+            "lower train.lr, set train.max_grad_norm, or use train.precision fp32"
+        )
+    scaler.step(optimizer)
+    scaler.update()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return StepResult(total, grad_norm)
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, spec: ReaderSpec, device: torch.device) -> EvalResult:
+def evaluate(model: nn.Module, spec: ReaderSpec, device: torch.device, task: str,
+             autocast_dtype: torch.dtype | None = None) -> dict[str, Any]:
+    """Classification: loss, accuracy, macro-F1. Causal LM: loss and perplexity per predicted token."""
     model.eval()
-    total_loss, correct, examples = 0.0, 0, 0
+    total_loss, examples, tokens = 0.0, 0, 0
+    labels_seen, predictions = [], []
     for batch in iter_batches(spec):
-        batch = _to_device(batch, device)
-        logits = model(batch[contract.INPUT_IDS], batch[contract.ATTENTION_MASK])
-        labels = batch[contract.LABEL]
-        total_loss += F.cross_entropy(logits, labels, reduction="sum").item()
-        correct += (logits.argmax(dim=-1) == labels).sum().item()
-        examples += labels.numel()
-    if examples == 0:
-        return EvalResult(0, math.nan, math.nan)
-    return EvalResult(examples, total_loss / examples, correct / examples)
+        batch = to_device(batch, device)
+        with _autocast(device, autocast_dtype):
+            loss, logits = forward_loss(model, batch, task, reduction="sum")
+        total_loss += loss.item()
+        examples += batch[contract.INPUT_IDS].shape[0]
+        if task == "classification":
+            labels_seen.append(batch[contract.LABEL].cpu())
+            predictions.append(logits.argmax(dim=-1).cpu())
+        else:
+            targets = causal_targets(batch[contract.INPUT_IDS], batch[contract.POSITION_IDS], batch[contract.SEGMENT_IDS])
+            tokens += int((targets != -100).sum())
+    if task == "classification":
+        if examples == 0:
+            return {"examples": 0, "loss": math.nan, "accuracy": math.nan, "macro_f1": math.nan}
+        labels, predicted = torch.cat(labels_seen), torch.cat(predictions)
+        return {"examples": examples, "loss": total_loss / examples,
+                "accuracy": (labels == predicted).float().mean().item(), "macro_f1": macro_f1(labels, predicted)}
+    loss = total_loss / tokens if tokens else math.nan
+    return {"examples": examples, "tokens": tokens, "loss": loss, "perplexity": math.exp(loss) if tokens else math.nan}
 
 
-def fit(model: nn.Module, cfg: TrainConfig, dataset_dir: Path, metrics_path: Path, device: torch.device) -> int:
-    """Train for cfg.epochs (or cfg.max_steps); append a JSON line per logged step. Returns steps run."""
-    optimizer = build_optimizer(model, cfg)
-    spec = ReaderSpec(
-        contract.split_dir(dataset_dir, "train"), cfg.batch_size, shuffle=True, seed=cfg.seed,
-        num_workers=cfg.num_reader_workers,
-    )
-    step, window_samples, window_start = 0, 0, time.perf_counter()
-    with open(metrics_path, "a", encoding="utf-8") as metrics:
-        for epoch in range(cfg.epochs):
-            for batch in iter_batches(spec, epoch):
-                loss = train_step(model, optimizer, _to_device(batch, device))
-                if not math.isfinite(loss):
-                    raise FloatingPointError(f"loss became {loss} at step {step + 1}; lower train.lr")
-                step += 1
-                window_samples += batch[contract.LABEL].numel()
-                if step % cfg.log_every == 0:
-                    elapsed = time.perf_counter() - window_start
-                    record = {
-                        "step": step, "epoch": epoch, "loss": round(loss, 6),
-                        "lr": optimizer.param_groups[0]["lr"],
-                        "samples_per_s": round(window_samples / max(elapsed, 1e-9), 1),
-                    }
-                    metrics.write(json.dumps(record) + "\n")
-                    metrics.flush()
-                    print(f"train: step {step} epoch {epoch} loss {loss:.4f}", flush=True)
-                    window_samples, window_start = 0, time.perf_counter()
-                if cfg.max_steps is not None and step >= cfg.max_steps:
-                    return step
-    return step
+def macro_f1(labels: torch.Tensor, predicted: torch.Tensor) -> float:
+    """Mean F1 over the classes that occur in labels or predictions (scikit-learn's default)."""
+    scores = []
+    for cls in torch.unique(torch.cat([labels, predicted])).tolist():
+        tp = int(((predicted == cls) & (labels == cls)).sum())
+        fp = int(((predicted == cls) & (labels != cls)).sum())
+        fn = int(((predicted != cls) & (labels == cls)).sum())
+        scores.append(2 * tp / (2 * tp + fp + fn))
+    return sum(scores) / len(scores)
+
+
+@dataclass
+class RunState:
+    """Where the run is: optimizer steps done, and the data position (epoch, batches done in it)."""
+
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0
+
+
+def run_fingerprint(config: ShardlineConfig, world_size: int) -> str:
+    """What a checkpoint must have been trained with to be resumed by this config."""
+    train = {k: v for k, v in config.to_dict()["train"].items() if k not in RESUMABLE_CHANGES}
+    payload = {"train": train, "manifest": contract.file_sha256(config.dataset_dir / contract.MANIFEST_FILE),
+               "world_size": world_size}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def weights_sha256(model: nn.Module) -> str:
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+class Trainer:
+    """fit() and what it needs: the model (raw and wrapped), optimizer, schedule, scaler, state."""
+
+    def __init__(self, model: nn.Module, config: ShardlineConfig, manifest: contract.Manifest, processes: Processes):
+        cfg = self.cfg = config.train
+        self.config, self.manifest, self.processes, self.model = config, manifest, processes, model
+        self.run_dir, self.task, self.device = Path(config.run_dir), manifest.task, processes.device
+        self.autocast_dtype = resolve_precision(cfg.precision, self.device)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
+        columns = TASK_COLUMNS[self.task] + ((contract.ID_COLUMN,) if cfg.record_sample_ids else ())
+        self.spec = split_spec(
+            config.dataset_dir, manifest, "train", batch_size=cfg.batch_size, columns=columns, shuffle=True,
+            seed=cfg.seed, rank=processes.rank, world_size=processes.world_size, num_workers=cfg.num_reader_workers,
+            num_shuffle_row_groups=cfg.num_shuffle_row_groups, pin_memory=self.device.type == "cuda",
+        )
+        self.batches_per_epoch = plan_epoch(self.spec, 0).num_batches  # the same every epoch and on every rank
+        steps_per_epoch = math.ceil(self.batches_per_epoch / cfg.grad_accum_steps)
+        self.total_steps = min(cfg.epochs * steps_per_epoch, cfg.max_steps or math.inf)
+        self.optimizer = build_optimizer(model, cfg)
+        self.scheduler = build_scheduler(self.optimizer, cfg, self.total_steps)
+        self.state = RunState()
+        self.fingerprint = run_fingerprint(config, processes.world_size)
+        self.checkpoint_dir = self.run_dir / checkpoint.CHECKPOINT_DIR
+        wrapped = model
+        if processes.world_size > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            wrapped = DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        self.ddp = wrapped
+        self.train_model = torch.compile(wrapped) if cfg.compile else wrapped
+        self.wait_seconds = self.loop_seconds = 0.0
+        self.last_loss = math.nan
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def save_checkpoint(self) -> None:
+        rng = gather(_rng_state(), self.processes)  # collective: every rank calls it
+        if self.processes.is_main:
+            state = {
+                "fingerprint": self.fingerprint, "run_state": asdict(self.state), "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(), "rng": rng, "last_loss": self.last_loss,
+            }
+            checkpoint.save(self.checkpoint_dir, self.state.step, state, self.cfg.num_checkpoints_kept)
+        barrier(self.processes)
+
+    def resume(self) -> None:
+        found = checkpoint.latest_valid(self.checkpoint_dir) if self.processes.is_main else None
+        chosen = gather(str(found[0]) if found else None, self.processes)[0]  # every rank resumes rank 0's pick
+        if chosen is None:
+            return
+        state = found[1] if found else checkpoint.load_verified(Path(chosen))
+        if state["fingerprint"] != self.fingerprint:
+            raise ValueError(
+                f"checkpoint {chosen} was written by a run with a different train config, dataset or process count; "
+                "use a new run_dir or set train.resume=never to start over"
+            )
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        _set_rng_state(state["rng"][self.processes.rank])
+        self.state = RunState(**state["run_state"])
+        self.last_loss = state["last_loss"]
+        if self.processes.is_main:
+            print(f"train: resumed from {chosen} (step {self.state.step}, epoch {self.state.epoch}, "
+                  f"batch {self.state.batch})", flush=True)
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        cfg = self.cfg
+        if cfg.resume == "auto":
+            self.resume()
+        metrics = MetricsLog(self.run_dir, self.total_steps, self.state.step, self.processes.is_main)
+        samples = self._open_samples_log()
+        kill_at = int(os.environ.get(KILL_AT_STEP_ENV, "0"))
+        window = {"start": time.perf_counter(), "samples": 0, "tokens": 0, "wait": 0.0}
+        try:
+            while self.state.step < self.total_steps:
+                stream = BackgroundBatches(self.spec, self.state.epoch, self.state.batch)
+                started = time.perf_counter()
+                try:
+                    epoch_ended = False
+                    while self.state.step < self.total_steps and not epoch_ended:
+                        wanted = min(cfg.grad_accum_steps, self.batches_per_epoch - self.state.batch)
+                        host_batches = [next(stream) for _ in range(wanted)]
+                        micro = [to_device(b, self.device) for b in host_batches]
+                        result = train_step(self.train_model, micro, self.optimizer, self.scheduler, self.scaler,
+                                            self.task, self.autocast_dtype, cfg.max_grad_norm, self.state.step + 1)
+                        self.last_loss = result.loss
+                        self.state.step += 1
+                        self.state.batch += wanted
+                        if self.state.batch == self.batches_per_epoch:
+                            self.state = RunState(self.state.step, self.state.epoch + 1, 0)
+                            epoch_ended = True
+                        if samples is not None:
+                            ids = [i for b in host_batches for i in b[contract.ID_COLUMN]]
+                            samples.write(json.dumps({"step": self.state.step, "ids": ids}) + "\n")
+                            samples.flush()
+                        window["samples"] += sum(b[contract.INPUT_IDS].shape[0] for b in host_batches)
+                        window["tokens"] += sum(int(b[contract.ATTENTION_MASK].sum()) for b in host_batches)
+                        self._after_step(result, metrics, window, stream, epoch_ended)
+                        if kill_at == self.state.step:
+                            os.kill(os.getpid(), signal.SIGKILL)
+                finally:
+                    self.loop_seconds += time.perf_counter() - started
+                    self.wait_seconds += stream.wait_seconds
+                    stream.close()
+            val = self._evaluate_val()
+            if val is not None:
+                metrics.log({"step": self.state.step, **{f"val_{k}": v for k, v in val.items()}})
+        finally:
+            metrics.close()
+            if samples is not None:
+                samples.close()
+        report = stall_report(self.wait_seconds, self.loop_seconds)
+        if self.processes.is_main:
+            print(format_stall_report(report), flush=True)
+        return {"steps": self.state.step, "final_loss": self.last_loss, "input_stall": report,
+                "weights_sha256_per_rank": gather(weights_sha256(self.model), self.processes)}
+
+    def _after_step(self, result: StepResult, metrics: MetricsLog, window: dict, stream: BackgroundBatches,
+                    epoch_ended: bool) -> None:
+        cfg, step = self.cfg, self.state.step
+        metrics.advance()
+        last = step == self.total_steps
+        if step % cfg.log_every == 0 or last:
+            now = time.perf_counter()
+            elapsed = max(now - window["start"], 1e-9)
+            world = self.processes.world_size
+            record = {
+                "step": step, "epoch": self.state.epoch - (1 if epoch_ended else 0), "loss": round(result.loss, 6),
+                "lr": self.scheduler.get_last_lr()[0], "grad_norm": round(result.grad_norm, 6),
+                "samples_per_s": round(world * window["samples"] / elapsed, 1),
+                "tokens_per_s": round(world * window["tokens"] / elapsed, 1),
+                "input_wait_fraction": round((self.wait_seconds + stream.wait_seconds - window["wait"]) / elapsed, 4),
+            }
+            metrics.log(record, f"train: step {step} epoch {record['epoch']} loss {result.loss:.4f}")
+            window.update(start=now, samples=0, tokens=0, wait=self.wait_seconds + stream.wait_seconds)
+        if cfg.eval_every and step % cfg.eval_every == 0 and not last:
+            val = self._evaluate_val()
+            if val is not None:
+                metrics.log({"step": step, **{f"val_{k}": v for k, v in val.items()}})
+        if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or epoch_ended or last:
+            self.save_checkpoint()
+
+    def _evaluate_val(self) -> dict[str, Any] | None:
+        """Validation on the main process (the others wait at their next collective)."""
+        if not self.processes.is_main or self.manifest.splits["val"].rows == 0:
+            return None
+        spec = split_spec(self.config.dataset_dir, self.manifest, "val", batch_size=self.config.eval.batch_size,
+                          columns=TASK_COLUMNS[self.task], shuffle=False)
+        return evaluate(self.model, spec, self.device, self.task, self.autocast_dtype)
+
+    def _open_samples_log(self):
+        if not self.cfg.record_sample_ids:
+            return None
+        path = self.run_dir / "samples" / f"rank-{self.processes.rank}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= self.state.step] if path.exists() else []
+        path.write_text("".join(line + "\n" for line in kept))
+        return open(path, "a", encoding="utf-8")

@@ -1,5 +1,7 @@
-"""Model builders. Every model maps (input_ids, attention_mask) to class logits, and saves itself
-into a directory that `load_model` reads back without the training config."""
+"""Model builders. Classifiers map (input_ids, attention_mask) to class logits; the causal LM maps a
+packed block (input_ids, attention_mask, position_ids, segment_ids) to next-token logits. Each saves
+itself into a directory that `load_model` reads back without the training config. Nothing here
+knows about devices, precision or data parallelism."""
 from __future__ import annotations
 
 import json
@@ -9,10 +11,14 @@ import torch
 from torch import nn
 
 from pipeline import contract
-from pipeline.config import TrainConfig
+from pipeline.config import ShardlineConfig, TrainConfig
 
 MLP_CONFIG_FILE = "shardline_mlp.json"
 MLP_WEIGHTS_FILE = "model.safetensors"
+MODEL_TASKS = {"mlp": "classification", "bert": "classification", "gpt2": "causal_lm"}
+# Small defaults so a config without train.model_config trains on CPU in seconds.
+BERT_DEFAULTS = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256)
+GPT2_DEFAULTS = dict(n_embd=128, n_layer=2, n_head=2)
 
 
 class MeanEmbeddingClassifier(nn.Module):
@@ -26,12 +32,16 @@ class MeanEmbeddingClassifier(nn.Module):
         )
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=pad_id)
         self.classifier = nn.Sequential(nn.Linear(embedding_dim, hidden_size), nn.ReLU(), nn.Linear(hidden_size, num_labels))
+        self.num_labels, self.max_positions = num_labels, None
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         mask = attention_mask.unsqueeze(-1).to(self.embedding.weight.dtype)
         summed = (self.embedding(input_ids) * mask).sum(dim=1)
         mean = summed / mask.sum(dim=1).clamp(min=1.0)
         return self.classifier(mean)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embedding
 
     def save(self, directory: Path) -> None:
         from safetensors.torch import save_file
@@ -47,12 +57,55 @@ class HFSequenceClassifier(nn.Module):
     def __init__(self, hf_model: nn.Module):
         super().__init__()
         self.hf_model = hf_model
+        self.num_labels = hf_model.config.num_labels
+        self.max_positions = hf_model.config.max_position_embeddings
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.hf_model(input_ids=input_ids, attention_mask=attention_mask).logits
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.hf_model.get_input_embeddings()
+
     def save(self, directory: Path) -> None:
         self.hf_model.save_pretrained(str(directory))
+
+
+def document_causal_mask(segment_ids: torch.Tensor) -> torch.Tensor:
+    """(batch, 1, T, T) bool, True where query i may attend key j: same document and j <= i.
+    Padding (segment 0) attends only to padding, so no row is empty (an empty row is NaN in SDPA)."""
+    same_document = segment_ids.unsqueeze(-1) == segment_ids.unsqueeze(-2)
+    length = segment_ids.shape[-1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=segment_ids.device).tril()
+    return (same_document & causal).unsqueeze(1)
+
+
+class PackedCausalLM(nn.Module):
+    """GPT-2 over packed blocks: attention stays inside each document and positions restart per
+    document, so a block of several documents trains exactly like the documents one by one."""
+
+    def __init__(self, hf_model: nn.Module):
+        super().__init__()
+        self.hf_model = hf_model
+        self.num_labels, self.max_positions = None, hf_model.config.n_positions
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                segment_ids: torch.Tensor) -> torch.Tensor:
+        # attention_mask is implied by segment_ids (0 = padding); a 4D mask is used by GPT-2 as given.
+        mask = document_causal_mask(segment_ids)
+        return self.hf_model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids).logits
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.hf_model.get_input_embeddings()
+
+    def save(self, directory: Path) -> None:
+        self.hf_model.save_pretrained(str(directory))
+
+
+def causal_targets(input_ids: torch.Tensor, position_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
+    """Next-token targets aligned with the logits of positions 0..T-2: no loss on padding, and none
+    for a document's first token (predicting it would cross from the previous document)."""
+    targets = input_ids.masked_fill((segment_ids == 0) | (position_ids == 0), -100)
+    return targets[:, 1:]
 
 
 def build_model(cfg: TrainConfig, manifest: contract.Manifest) -> nn.Module:
@@ -60,24 +113,28 @@ def build_model(cfg: TrainConfig, manifest: contract.Manifest) -> nn.Module:
         return MeanEmbeddingClassifier(
             manifest.vocab_size, cfg.embedding_dim, cfg.hidden_size, manifest.num_labels, manifest.pad_id
         )
+    if cfg.model == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        if cfg.pretrained:
+            return PackedCausalLM(GPT2LMHeadModel.from_pretrained(_local_dir(cfg.pretrained), attn_implementation="sdpa"))
+        settings = {**GPT2_DEFAULTS, **cfg.model_config_}
+        gpt_config = GPT2Config(
+            vocab_size=manifest.vocab_size, n_positions=max(manifest.max_length, settings.pop("n_positions", 0)),
+            bos_token_id=manifest.pad_id, eos_token_id=manifest.pad_id, pad_token_id=manifest.pad_id, **settings,
+        )
+        gpt_config._attn_implementation = "sdpa"
+        return PackedCausalLM(GPT2LMHeadModel(gpt_config))
     from transformers import BertConfig, BertForSequenceClassification
 
     id2label = {index: name for name, index in manifest.label_map.items()}
     if cfg.pretrained:
-        if not Path(cfg.pretrained).is_dir():
-            raise FileNotFoundError(f"train.pretrained {cfg.pretrained} is not a local model directory")
         hf_model = BertForSequenceClassification.from_pretrained(
-            cfg.pretrained, num_labels=manifest.num_labels, id2label=id2label,
+            _local_dir(cfg.pretrained), num_labels=manifest.num_labels, id2label=id2label,
             label2id=manifest.label_map, ignore_mismatched_sizes=True,
         )
-        if hf_model.config.vocab_size < manifest.vocab_size:
-            raise ValueError(
-                f"train.pretrained has {hf_model.config.vocab_size} embeddings but the dataset's tokenizer "
-                f"has {manifest.vocab_size} tokens: preprocess with the model's own tokenizer (tokenizer.path)"
-            )
     else:
-        settings = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256)
-        settings.update(cfg.model_config_)
+        settings = {**BERT_DEFAULTS, **cfg.model_config_}
         bert_config = BertConfig(
             vocab_size=manifest.vocab_size, pad_token_id=manifest.pad_id, num_labels=manifest.num_labels,
             max_position_embeddings=max(512, manifest.max_length), id2label=id2label,
@@ -85,6 +142,42 @@ def build_model(cfg: TrainConfig, manifest: contract.Manifest) -> nn.Module:
         )
         hf_model = BertForSequenceClassification(bert_config)
     return HFSequenceClassifier(hf_model)
+
+
+def _local_dir(path: str) -> str:
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"train.pretrained {path} is not a local model directory")
+    return path
+
+
+def check_dataset_matches(model: nn.Module, manifest: contract.Manifest, config: ShardlineConfig) -> None:
+    """Fail before step 1, in one sentence, when the dataset cannot feed this config and model."""
+    where = config.dataset_dir
+    problems = []
+    if manifest.schema_version != contract.SCHEMA_VERSION:
+        problems.append(f"{where} has schema version {manifest.schema_version} but this trainer reads "
+                        f"{contract.SCHEMA_VERSION}; rebuild it with `shardline preprocess --force`")
+    if manifest.task != config.preprocess.task:
+        problems.append(f"{where} was built for task {manifest.task} but preprocess.task is {config.preprocess.task}")
+    if MODEL_TASKS[config.train.model] != manifest.task:
+        problems.append(f"train.model {config.train.model} trains {MODEL_TASKS[config.train.model]} but {where} "
+                        f"holds {manifest.task} rows; pick a {manifest.task} model or rebuild the dataset")
+    if manifest.max_length != config.preprocess.max_length:
+        problems.append(f"{where} has rows of {manifest.max_length} tokens but preprocess.max_length is "
+                        f"{config.preprocess.max_length}; rebuild it or fix the config")
+    embeddings = model.get_input_embeddings().num_embeddings
+    if embeddings < manifest.vocab_size:
+        problems.append(f"the model has {embeddings} token embeddings but the dataset's tokenizer has "
+                        f"{manifest.vocab_size} tokens; preprocess with the model's own tokenizer (tokenizer.path)")
+    if model.num_labels is not None and model.num_labels != manifest.num_labels:
+        problems.append(f"the model predicts {model.num_labels} classes but {where} has {manifest.num_labels} labels")
+    if model.max_positions is not None and model.max_positions < manifest.max_length:
+        problems.append(f"the model takes at most {model.max_positions} positions but {where} rows have "
+                        f"{manifest.max_length} tokens; lower preprocess.max_length")
+    if manifest.splits.get("train") is None or manifest.splits["train"].rows == 0:
+        problems.append(f"{where} has no training rows; add documents to data.input")
+    if problems:
+        raise ValueError(problems[0] + (f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""))
 
 
 def load_model(directory: str | Path) -> nn.Module:
@@ -97,6 +190,11 @@ def load_model(directory: str | Path) -> nn.Module:
         model = MeanEmbeddingClassifier(**hparams)
         model.load_state_dict(load_file(str(directory / MLP_WEIGHTS_FILE)))
         return model
+    config = json.loads((directory / "config.json").read_text())
+    if config.get("model_type") == "gpt2":
+        from transformers import GPT2LMHeadModel
+
+        return PackedCausalLM(GPT2LMHeadModel.from_pretrained(str(directory), attn_implementation="sdpa"))
     from transformers import AutoModelForSequenceClassification
 
     return HFSequenceClassifier(AutoModelForSequenceClassification.from_pretrained(str(directory)))

@@ -1,0 +1,70 @@
+"""`shardline run` trains and evaluates the bert and gpt2 models on the demo corpus (mlp: test_cli.py)."""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.demo import stdlib_docstrings, write_jsonl
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHARDLINE = [sys.executable, "-m", "pipeline.cli"]
+SMALL = ["--set", "tokenizer.train.vocab_size=600", "--set", "preprocess.max_length=32", "--set", "train.epochs=3",
+         "--set", "train.batch_size=16", "--set", "train.log_every=5", "--set", "train.eval_every=20"]
+
+
+def _run(args):
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for inherited in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        env.pop(inherited, None)
+    return subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_jsonl(stdlib_docstrings()[::4], tmp_path_factory.mktemp("corpus") / "docstrings.jsonl")
+
+
+def _records(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _assert_trained(run_dir, result):
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "input stall: waited" in result.stdout
+    records = _records(run_dir)
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert losses[-1] < losses[0]
+    assert any("val_loss" in r for r in records)
+    assert (run_dir / "plots" / "loss.png").exists() and list((run_dir / "tensorboard").iterdir())
+    lineage = json.loads((run_dir / "model" / "lineage.json").read_text())
+    assert {"dataset_manifest_sha256", "tokenizer_sha256", "config", "code_version"} <= set(lineage)
+    return json.loads((run_dir / "eval.json").read_text())
+
+
+def test_run_trains_and_evaluates_a_bert_classifier(tmp_path, corpus):
+    result = _run([*SHARDLINE, "run", "--config", "configs/demo.yaml", "--set", f"run_dir={tmp_path}",
+                   "--set", f"data.input={corpus}", *SMALL, "--set", "train.model=bert", "--set", "train.lr=0.003",
+                   "--set", "train.model_config={hidden_size: 64, num_hidden_layers: 1, num_attention_heads: 2, intermediate_size: 128}"])
+    evaluation = _assert_trained(tmp_path, result)
+    manifest = json.loads((tmp_path / "dataset" / "manifest.json").read_text())
+    assert evaluation["task"] == "classification" and evaluation["examples"] == manifest["splits"]["test"]["rows"]
+    assert evaluation["accuracy"] > 0.35 and 0 < evaluation["macro_f1"] <= 1  # 4 classes: chance is 0.25
+    assert (tmp_path / "model" / "config.json").exists()
+
+
+def test_run_trains_and_evaluates_gpt2_on_packed_documents(tmp_path, corpus):
+    # Needs the Spark job's `preprocess.task: causal_lm` packing (input_ids, attention_mask, position_ids, segment_ids).
+    result = _run([*SHARDLINE, "run", "--config", "configs/demo.yaml", "--set", f"run_dir={tmp_path}",
+                   "--set", f"data.input={corpus}", *SMALL, "--set", "data.label_column=null",
+                   "--set", "preprocess.task=causal_lm", "--set", "train.model=gpt2", "--set", "train.lr=0.003",
+                   "--set", "train.model_config={n_embd: 64, n_layer: 1, n_head: 2}"])
+    evaluation = _assert_trained(tmp_path, result)
+    manifest = json.loads((tmp_path / "dataset" / "manifest.json").read_text())
+    assert manifest["task"] == "causal_lm"
+    assert evaluation["task"] == "causal_lm" and evaluation["tokens"] > 0
+    assert math.isfinite(evaluation["perplexity"]) and evaluation["perplexity"] < manifest["vocab_size"]

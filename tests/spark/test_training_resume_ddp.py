@@ -1,0 +1,124 @@
+"""The trainer as a process on a Spark-built dataset: SIGKILL mid-epoch and resume exactly; two
+gloo processes under torchrun on uneven shards."""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pipeline import contract
+from pipeline.config import build_config, save_config
+from pipeline.demo import write_jsonl
+from spark_jobs.preprocess import build_dataset
+from training.loop import KILL_AT_STEP_ENV
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TRAIN = {"model": "mlp", "epochs": 2, "batch_size": 8, "grad_accum_steps": 2, "optimizer": "adamw", "lr": 0.005,
+         "scheduler": "linear", "warmup_steps": 3, "max_grad_norm": 1.0, "log_every": 1, "checkpoint_every": 2,
+         "num_checkpoints_kept": 2, "record_sample_ids": True, "embedding_dim": 16, "hidden_size": 32}
+
+
+@pytest.fixture(scope="module")
+def built(spark, tmp_path_factory, docstring_records):
+    root = tmp_path_factory.mktemp("training")
+    corpus = write_jsonl(docstring_records[::5], root / "corpus.jsonl")
+    config = build_config({
+        "run_dir": str(root / "source"),
+        "data": {"input": str(corpus), "label_column": "label"},
+        "tokenizer": {"train": {"vocab_size": 500}},
+        "preprocess": {"max_length": 24, "num_shards": 3, "seed": 1},  # three row groups: uneven for 2 ranks
+        "train": TRAIN,
+    })
+    manifest = build_dataset(spark, config)
+    train_ids = pq.read_table(contract.split_dir(config.dataset_dir, "train"), columns=[contract.ID_COLUMN])
+    return config, manifest, train_ids.column(0).to_pylist()
+
+
+def _new_run(built, name) -> Path:
+    config, _, _ = built
+    run_dir = Path(config.run_dir).parent / name
+    shutil.copytree(config.dataset_dir, run_dir / "dataset")
+    shutil.copytree(config.tokenizer_dir, run_dir / "tokenizer")
+    save_config(build_config({**config.to_dict(), "run_dir": str(run_dir)}), run_dir / "config.yaml")
+    return run_dir
+
+
+def _train(run_dir, launcher=(sys.executable, "-m", "training.train"), env=()):
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **dict(env)}
+    return subprocess.run([*launcher, "--config", str(run_dir / "config.yaml")], cwd=REPO_ROOT, env=environment,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _samples(run_dir, rank=0):
+    return [json.loads(line) for line in (run_dir / "samples" / f"rank-{rank}.jsonl").read_text().splitlines()]
+
+
+def _final_loss(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in line][-1]
+
+
+def test_sigkill_mid_epoch_then_resume_equals_an_uninterrupted_run(built):
+    _, manifest, train_ids = built
+    rows = manifest.splits["train"].rows
+    steps_per_epoch = math.ceil(math.ceil(rows / 8) / 2)
+    kill_at = steps_per_epoch + steps_per_epoch // 2 + 1  # odd: one step past the last checkpoint, mid epoch 1
+
+    straight = _new_run(built, "straight")
+    result = _train(straight)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    killed = _new_run(built, "killed")
+    result = _train(killed, env={KILL_AT_STEP_ENV: str(kill_at)})
+    assert result.returncode == -9, result.stderr[-3000:]  # SIGKILL: no cleanup ran
+    assert not (killed / "model").exists()
+    checkpoints = sorted((killed / "checkpoints").glob("step-*.pt"))
+    assert [p.name for p in checkpoints] == [f"step-{kill_at - 3:08d}.pt", f"step-{kill_at - 1:08d}.pt"]
+    checkpoints[-1].write_bytes(checkpoints[-1].read_bytes()[:500])  # and the newest one is damaged too
+
+    result = _train(killed)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"skipping checkpoint {checkpoints[-1]} does not match its sha256" in result.stderr
+    resumed_at = f"(step {kill_at - 3}, epoch 1, batch {2 * (kill_at - 3 - steps_per_epoch)})"
+    assert resumed_at in result.stdout and "batch 0)" not in result.stdout
+
+    assert _final_loss(killed) == {**_final_loss(straight), **{k: _final_loss(killed)[k] for k in
+                                   ("samples_per_s", "tokens_per_s", "input_wait_fraction")}}
+    expected, got = load_file(str(straight / "model" / "model.safetensors")), load_file(str(killed / "model" / "model.safetensors"))
+    assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
+
+    samples = _samples(killed)
+    assert samples == _samples(straight)
+    assert [s["step"] for s in samples] == list(range(1, 2 * steps_per_epoch + 1))
+    for epoch in range(2):
+        seen = [i for s in samples[epoch * steps_per_epoch:(epoch + 1) * steps_per_epoch] for i in s["ids"]]
+        assert sorted(seen) == sorted(train_ids)  # every training sample exactly once in the epoch
+
+
+def test_two_gloo_processes_on_uneven_shards_see_disjoint_data_and_end_identical(built):
+    _, manifest, train_ids = built
+    sizes = manifest.splits["train"].row_group_rows
+    assert len(sizes) == 3 and sum(sizes[0::2]) != sum(sizes[1::2])  # rank 0 reads two row groups, rank 1 one
+    run_dir = _new_run(built, "ddp")
+    launcher = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                "-m", "training.train")
+    result = _train(run_dir, launcher)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+
+    ranks = [_samples(run_dir, rank) for rank in (0, 1)]
+    assert [s["step"] for s in ranks[0]] == [s["step"] for s in ranks[1]]  # same number of steps
+    batches = min(math.ceil(sum(sizes[r::2]) / 8) for r in (0, 1))
+    assert len(ranks[0]) == 2 * math.ceil(batches / 2)
+    for epoch_steps in (ranks[0][: len(ranks[0]) // 2], ranks[1][: len(ranks[1]) // 2]):
+        assert len({i for s in epoch_steps for i in s["ids"]}) == sum(len(s["ids"]) for s in epoch_steps)
+    seen = [{i for s in steps for i in s["ids"]} for steps in ranks]
+    assert not seen[0] & seen[1] and seen[0] | seen[1] <= set(train_ids)
+    lineage = json.loads((run_dir / "model" / "lineage.json").read_text())
+    hashes = lineage["weights_sha256_per_rank"]
+    assert len(hashes) == 2 and hashes[0] == hashes[1]
