@@ -225,7 +225,9 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, cfg, self.total_steps)
         self.state = RunState()
         self.fingerprint = run_fingerprint(config, processes.world_size)
-        self.checkpoint_dir = self.run_dir / checkpoint.CHECKPOINT_DIR
+        # One folder per fingerprint: a run with another train config or dataset starts fresh
+        # beside the old checkpoints instead of resuming from (or refusing on) them.
+        self.checkpoint_dir = self.run_dir / checkpoint.CHECKPOINT_DIR / self.fingerprint[:16]
         wrapped = model
         if processes.world_size > 1:
             from torch.nn.parallel import DistributedDataParallel
