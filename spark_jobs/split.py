@@ -11,11 +11,6 @@ SPLIT = "split"
 _BUCKETS = 1_000_000  # split resolution: fractions are honoured to 1e-6
 
 
-def with_content_id(df: DataFrame, text_column: str = "text") -> DataFrame:
-    """id = sha256 of the text: stable when the corpus grows or is reordered."""
-    return df.withColumn(contract.ID_COLUMN, F.sha2(F.col(text_column), 256).substr(1, 32))
-
-
 def with_label_ids(df: DataFrame, label_map: dict[str, int], label_raw: str = "label_raw") -> DataFrame:
     """Map label strings to ids; a label outside the map gets null (the caller rejects it)."""
     mapping = F.create_map(*[item for name, index in sorted(label_map.items()) for item in (F.lit(name), F.lit(index))])

@@ -21,7 +21,7 @@ def built(spark, tmp_path_factory, docstring_records):
         "run_dir": str(root / "run"),
         "data": {"input": str(corpus), "label_column": "label"},
         "tokenizer": {"train": {"vocab_size": 600}},
-        "preprocess": {"max_length": 32, "num_shards": 2, "seed": 3},
+        "preprocess": {"max_length": 32, "seed": 3, "shard": {"row_group_rows": 64}},
     })
     return config, build_dataset(spark, config), records
 
