@@ -140,13 +140,6 @@ def _standard_columns(df: DataFrame, cfg: DataConfig, corrupt: Column) -> DataFr
 
 # --- text / jsonl: Python line reader over file chunks --------------------------------------------
 
-_CHUNK_SCHEMA = T.StructType([
-    T.StructField("path", T.StringType(), False),
-    T.StructField("start", T.LongType(), False),
-    T.StructField("end", T.LongType(), False),  # -1: to the end of the file
-])
-
-
 def plan_chunks(files: list[str], chunk_bytes: int, whole_files: bool) -> list[tuple[str, int, int]]:
     """(path, start, end) byte ranges; compressed files and doc-per-file inputs are never cut."""
     chunks = []
@@ -161,16 +154,18 @@ def plan_chunks(files: list[str], chunk_bytes: int, whole_files: bool) -> list[t
 
 def _read_lines(spark: SparkSession, cfg: DataConfig, fmt: str, files: list[str]) -> DataFrame:
     chunks = plan_chunks(files, cfg.chunk_mb << 20, whole_files=cfg.doc_per_file)
-    # One chunk per partition: parallelize slices a local list deterministically.
-    chunk_df = spark.createDataFrame(spark.sparkContext.parallelize(chunks, len(chunks)), _CHUNK_SCHEMA)
+    # One chunk per partition, as row i of a range: the chunk list travels with the function.
+    chunk_df = spark.range(len(chunks), numPartitions=len(chunks))
     parse = _JsonRecord(cfg) if fmt == "jsonl" else _TextRecord()
     doc_per_file = cfg.doc_per_file and fmt == "text"
 
     def read_chunks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for path, start, end in zip(*(batch.column(i).to_pylist() for i in range(3))):
+            for index in batch.column(0).to_pylist():
+                path, start, end = chunks[index]
                 records = _whole_file(path) if doc_per_file else read_chunk_lines(path, start, end)
-                yield from _batches(parse(raw, path, offset) for raw, offset in records)
+                source = Path(path).as_uri()  # as Spark's input_file_name() names csv/parquet sources
+                yield from _batches(parse(raw, source, offset) for raw, offset in records)
 
     return chunk_df.mapInArrow(read_chunks, RECORD_SCHEMA)
 
