@@ -46,13 +46,23 @@ def check_existing(config: ShardlineConfig, force: bool) -> bool:
     existing = contract.load_manifest(dataset_dir)
     wanted = {k: config.to_dict()[k] for k in DATASET_SECTIONS}
     found = {k: existing.config.get(k) for k in DATASET_SECTIONS}
-    if wanted == found:
-        return True
     changed = sorted(k for k in DATASET_SECTIONS if wanted[k] != found[k])
-    raise DatasetConflictError(
-        f"{dataset_dir} was built from a different config (sections {changed} differ); "
-        "use another run_dir, or pass --force to rebuild it"
-    )
+    if changed:
+        raise DatasetConflictError(
+            f"{dataset_dir} was built from a different config (sections {changed} differ); "
+            "use another run_dir, or pass --force to rebuild it"
+        )
+    if existing.input_files != input_file_list(read.resolve_input_files(config.data.input)):
+        raise DatasetConflictError(
+            f"{dataset_dir} was built from different input files (names or sizes changed under "
+            f"{config.data.input}); pass --force to rebuild it"
+        )
+    return True
+
+
+def input_file_list(files: list[str]) -> list[dict]:
+    """What the manifest records of the input, and what a rerun compares against."""
+    return [{"path": f, "bytes": os.path.getsize(f)} for f in files if os.path.exists(f)]
 
 
 def prepare_tokenizer(config: ShardlineConfig, texts: DataFrame, num_texts: int):
@@ -60,7 +70,8 @@ def prepare_tokenizer(config: ShardlineConfig, texts: DataFrame, num_texts: int)
     if config.tokenizer.train is not None:
         fraction = min(1.0, config.tokenizer.train.sample_size / max(num_texts, 1))
         sample = texts.sample(fraction=fraction, seed=config.preprocess.seed) if fraction < 1 else texts
-        rows = (row[0] for row in sample.select(read.TEXT).toLocalIterator())
+        # One job (toLocalIterator would run one per partition); sample_size bounds what it brings back.
+        rows = [row[0] for row in sample.select(read.TEXT).collect()]
         tokenizer = train_tokenizer(rows, config.tokenizer.train)
     else:
         tokenizer = load_tokenizer(config.tokenizer.path)
@@ -138,10 +149,9 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig) -> contract.Mani
     staging = new_staging_dir(config.dataset_dir)
     good, rejected = read.split_rejects(records)
     rejected.write.option("compression", "zstd").parquet(str(staging / contract.REJECTS_DIR))
-    rejects_by_reason = {
-        r[0]: r[1] for r in records.groupBy(read.REJECT_REASON).count().collect() if r[0] is not None
-    }
-    num_good = records.count() - sum(rejects_by_reason.values())
+    by_reason = {r[0]: r[1] for r in records.groupBy(read.REJECT_REASON).count().collect()}
+    num_good = by_reason.pop(None, 0)
+    rejects_by_reason = by_reason
     lap("read_clean")
 
     tokenizer = prepare_tokenizer(config, good.select(read.TEXT), num_good)
@@ -193,7 +203,7 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig) -> contract.Mani
         duplicates_removed=num_good - documents,
         token_count=sum(s.tokens for s in split_stats.values()),
         splits=split_stats,
-        input_files=[{"path": f, "bytes": os.path.getsize(f)} for f in files if os.path.exists(f)],
+        input_files=input_file_list(files),
         versions=versions(spark.version),
         stage_seconds=timings,
         config=config.to_dict(),

@@ -21,7 +21,7 @@ def built(spark, tmp_path_factory, docstring_records):
         "run_dir": str(root / "run"),
         "data": {"input": str(corpus), "label_column": "label"},
         "tokenizer": {"train": {"vocab_size": 600}},
-        "preprocess": {"max_length": 32, "seed": 3, "shard": {"row_group_rows": 64}},
+        "preprocess": {"max_length": 32, "seed": 3, "num_partitions": 2, "shard": {"row_group_rows": 64}},
     })
     return config, build_dataset(spark, config), records
 
@@ -63,6 +63,15 @@ def test_rerun_skips_and_a_changed_config_is_refused(built):
     with pytest.raises(DatasetConflictError, match=r"sections \['preprocess'\] differ"):
         check_existing(changed, force=False)
     assert check_existing(changed, force=True) is False
+
+
+def test_rerun_with_changed_input_is_refused(messy):
+    config = messy[0]
+    assert check_existing(config, force=False) is True
+    with open(next(config.dataset_dir.parent.parent.glob("corpus/a.jsonl")), "a") as handle:
+        handle.write('{"text": "one more", "label": "email"}\n')
+    with pytest.raises(DatasetConflictError, match="different input files"):
+        check_existing(config, force=False)
 
 
 def _messy_corpus(root, records):
@@ -119,7 +128,7 @@ def messy(spark, tmp_path_factory, docstring_records):
         "data": {"input": str(root / "corpus"), "label_column": "label",
                  "labels": ["asyncio", "email", "logging", "tkinter"]},
         "tokenizer": {"train": {"vocab_size": 600}},
-        "preprocess": {"max_length": 32, "seed": 3, "min_chars": 3, "max_chars": 2000,
+        "preprocess": {"max_length": 32, "seed": 3, "num_partitions": 2, "min_chars": 3, "max_chars": 2000,
                        "shard": {"row_group_rows": 16, "divisible_by": 8}},
     })
     return config, build_dataset(spark, config), num_documents, num_inputs, rejects, duplicates
