@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         _add_config_args(sub)
         if name in ("preprocess", "run"):
             sub.add_argument("--force", action="store_true", help="rebuild the dataset even if it exists")
+    package = commands.add_parser("package", help="zip pipeline/, spark_jobs/, training/ for spark-submit --py-files")
+    package.add_argument("--output", default="dist/shardline.zip", help="zip to write (default: %(default)s)")
     inspect = commands.add_parser("inspect", help="print a dataset's manifest and a few decoded rows")
     inspect.add_argument("dataset_dir")
     inspect.add_argument("--split", default="train", choices=contract.SPLITS)
@@ -129,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         except USER_ERRORS as error:
             print(f"shardline inspect: error: {error}", file=sys.stderr)
             return 2
+        return 0
+    if args.command == "package":
+        from pipeline.packaging import build_package
+
+        print(build_package(args.output))
         return 0
     action = {"preprocess": _preprocess, "train": _train, "evaluate": _evaluate, "run": _run}[args.command]
     return _guarded(args.command, action, args)

@@ -95,6 +95,7 @@ class PreprocessConfig(_Strict):
 class SparkConfig(_Strict):
     master: str = "local[*]"
     conf: dict[str, str] = Field(default_factory=dict)  # passed through as --conf key=value
+    py_files: list[str] = Field(default_factory=list)  # passed as --py-files (e.g. the `shardline package` zip)
 
     @field_validator("conf", mode="before")
     @classmethod

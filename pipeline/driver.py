@@ -37,6 +37,8 @@ def spark_submit_command(config: ShardlineConfig, config_path: Path, force: bool
     command = [spark_submit_executable(), "--master", config.spark.master]
     for key, value in sorted(config.spark.conf.items()):
         command += ["--conf", f"{key}={value}"]
+    if config.spark.py_files:  # the `shardline package` zip, for executors without this checkout
+        command += ["--py-files", ",".join(config.spark.py_files)]
     command += [str(PREPROCESS_SCRIPT), "--config", str(config_path)]
     if force:
         command.append("--force")
