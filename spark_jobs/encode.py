@@ -98,6 +98,13 @@ def _ragged_list(lengths_per_row: list[np.ndarray]) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat.astype(np.int32), type=pa.int32()))
 
 
+def _one_or_none_list(values: np.ndarray, present: np.ndarray) -> pa.ListArray:
+    """Row i holds [values[i]] where present[i], else []: built from offsets, not per-row lists."""
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum(present, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values[present].astype(np.int32)))
+
+
 def _token_fields(*names: str) -> list[T.StructField]:
     return [T.StructField(name, _INT_LIST, False) for name in names]
 
@@ -144,14 +151,13 @@ def encode_padded(
             padded = pad_rows(ids, lengths, max_length, pad_id)
             mask = (np.arange(max_length) < lengths[:, None]).astype(np.int8)
             num_tokens = lengths.astype(np.int32)
-            doc_lengths = [np.array([n] if f else [], dtype=np.int32) for n, f in zip(num_tokens, first)]
             columns += [
                 list_array(padded, pa.int32()),
                 list_array(mask, pa.int8()),
                 pa.array(num_tokens),
                 pa.array(first.astype(np.int32)),
                 pa.array(truncated),
-                _ragged_list(doc_lengths),
+                _one_or_none_list(num_tokens, first),
                 pa.array(np.zeros(len(encodings), dtype=bool)),
             ]
             yield pa.RecordBatch.from_arrays(columns, names=out_schema.fieldNames())
