@@ -33,11 +33,6 @@ def row_group_rows(directory: Path) -> list[int]:
     return rows
 
 
-def length_histogram_bin(num_tokens: int) -> str:
-    """The "<=N" bin (N a power of two, at least 8) a document of num_tokens tokens falls in."""
-    return f"<={max(8, 1 << max(0, num_tokens - 1).bit_length())}"
-
-
 def token_stats(encoded: DataFrame) -> dict[str, dict]:
     """Per split, from the encoded rows (dropped blocks included): what the manifest reports."""
     written = ~F.col(DROPPED)

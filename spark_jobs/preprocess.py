@@ -84,9 +84,7 @@ def prepare_tokenizer(config: ShardlineConfig, texts: DataFrame, num_texts: int)
 def clean_records(records: DataFrame, config: ShardlineConfig) -> DataFrame:
     """Every cleaning step and record check, in order; the first failing check names the reject."""
     pre = config.preprocess
-    df = records.transform(lambda d: clean.normalize_unicode(d, pre.normalization))
-    if pre.collapse_whitespace:
-        df = df.transform(clean.collapse_whitespace)
+    df = records.transform(lambda d: clean.normalize_text(d, pre.normalization, pre.collapse_whitespace))
     df = df.transform(lambda d: clean.filter_length(d, pre.min_chars, pre.max_chars))
     if pre.task == "classification":
         df = df.transform(lambda d: clean.check_labels(d, config.data.labels))

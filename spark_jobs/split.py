@@ -1,4 +1,4 @@
-"""Document ids, label ids and the train/val/test split, as pure DataFrame -> DataFrame functions."""
+"""Label ids and the train/val/test split, as pure DataFrame -> DataFrame functions."""
 from __future__ import annotations
 
 from pyspark.sql import DataFrame

@@ -38,3 +38,21 @@ def test_encode_padded_matches_the_tokenizer_row_for_row(spark, small_tokenizer)
         ids, mask = expected["input_ids"][i], expected["attention_mask"][i]
         rows.append((f"d{i}", i, ids, [int(m) for m in mask], int(np.sum(mask))))
     assertDataFrameEqual(encoded, spark.createDataFrame(rows, encoded.schema))
+
+
+def test_stride_cuts_long_documents_into_overlapping_windows(spark, small_tokenizer):
+    texts = ["create the event loop " * 12, "x"]
+    df = spark.createDataFrame([(f"d{i}", t, i) for i, t in enumerate(texts)], ["id", "text", "label"])
+    encoded = encode.encode_padded(df, backend_json(small_tokenizer), max_length=16,
+                                   pad_id=small_tokenizer.pad_token_id, stride=4)
+    expected = small_tokenizer(texts, truncation=True, max_length=16, stride=4, padding="max_length",
+                               return_overflowing_tokens=True)
+    rows, seen = [], {}
+    for ids, mask, doc in zip(expected["input_ids"], expected["attention_mask"], expected["overflow_to_sample_mapping"]):
+        k = seen[doc] = seen.get(doc, -1) + 1
+        rows.append((f"d{doc}" + (f"#{k}" if k else ""), doc, ids, mask, sum(mask), int(k == 0), 0))
+    assert len(rows) > 3  # the long document really was cut
+    assertDataFrameEqual(
+        encoded.drop(encode.DOC_LENGTHS, encode.DROPPED),
+        spark.createDataFrame(rows, encoded.drop(encode.DOC_LENGTHS, encode.DROPPED).schema),
+    )
