@@ -135,3 +135,20 @@ def test_cluster_run_equals_the_local_run(standalone_master, spark, small_tokeni
         assert cluster_manifest.splits[name] == local_manifest.splits[name]
     assert cluster_manifest.rejected_by_reason == local_manifest.rejected_by_reason
     assert cluster_manifest.tokenizer_sha256 == local_manifest.tokenizer_sha256
+
+
+def test_package_command_writes_a_reproducible_zip_of_the_project(tmp_path):
+    import zipfile
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    zips = []
+    for name in ("a.zip", "b.zip"):
+        result = subprocess.run([sys.executable, "-m", "pipeline.cli", "package", "--output", str(tmp_path / name)],
+                                cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == str(tmp_path / name)
+        zips.append((tmp_path / name).read_bytes())
+    assert zips[0] == zips[1]
+    names = zipfile.ZipFile(tmp_path / "a.zip").namelist()
+    assert {"pipeline/__init__.py", "spark_jobs/preprocess.py", "spark_jobs/encode.py", "training/__init__.py"} <= set(names)
+    assert all(n.endswith(".py") and "__pycache__" not in n for n in names)
