@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "run":
             sub.add_argument("--from", dest="first", choices=STAGES, default=STAGES[0], help="first stage to run")
             sub.add_argument("--to", dest="last", choices=STAGES, default=STAGES[-1], help="last stage to run")
+    package = commands.add_parser("package", help="zip pipeline/, spark_jobs/, training/ for spark-submit --py-files")
+    package.add_argument("--output", default="dist/shardline.zip", help="zip to write (default: %(default)s)")
     inspect = commands.add_parser("inspect", help="print a dataset's manifest and a few decoded rows")
     inspect.add_argument("dataset_dir")
     inspect.add_argument("--split", default="train", choices=contract.SPLITS)
@@ -124,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         except USER_ERRORS as error:
             print(f"shardline inspect: error: {error}", file=sys.stderr)
             return 2
+        return 0
+    if args.command == "package":
+        from pipeline.packaging import build_package
+
+        print(build_package(args.output))
         return 0
     action = {"preprocess": _run_stages, "train": _run_stages, "evaluate": _run_stages, "run": _run_stages}[args.command]
     return _guarded(args.command, action, args)

@@ -26,6 +26,10 @@ class DataConfig(_Strict):
     format: Literal["auto", "text", "jsonl", "parquet", "csv"] = "auto"
     text_column: str = "text"
     label_column: str | None = None  # required for classification; labels may be strings
+    id_column: str | None = None  # stable document id in the input; else sha256 of the cleaned text
+    labels: list[str] | None = None  # the allowed label set; others are rejected as unknown_label
+    doc_per_file: bool = False  # text format: each file is one document instead of one per line
+    chunk_mb: int = Field(64, ge=1)  # uncompressed text/jsonl files are read in chunks this big, in parallel
 
 
 class TokenizerTrainConfig(_Strict):
@@ -59,17 +63,39 @@ class SplitConfig(_Strict):
         return self
 
 
+class ShardConfig(_Strict):
+    target_mb: float = Field(128, gt=0)  # approximate Parquet file size; sets the number of files per split
+    row_group_rows: int = Field(8192, ge=1)  # upper bound on rows per row group (groups are equal-sized)
+    divisible_by: int = Field(8, ge=1)  # row groups per split are a multiple of this: equal shares per rank
+    compression: Literal["zstd", "snappy"] = "zstd"
+
+
 class PreprocessConfig(_Strict):
     task: Literal["classification", "causal_lm"] = "classification"
     max_length: int = Field(128, ge=2)
     split: SplitConfig = Field(default_factory=SplitConfig)
     seed: int = 0
-    num_shards: int = Field(2, ge=1)  # Parquet files per split
+    normalization: Literal["NFKC", "NFC", "NFKD", "NFD", "none"] = "NFKC"  # Unicode form applied before hashing
+    collapse_whitespace: bool = True  # runs of whitespace become one space, ends trimmed
+    min_chars: int = Field(1, ge=0)  # shorter cleaned documents are rejected as too_short
+    max_chars: int | None = Field(1_000_000, ge=1)  # longer ones are rejected as too_long (None: no limit)
+    dedup: bool = True  # drop exact duplicates of the cleaned text (counted in the manifest)
+    stride: int | None = Field(None, ge=1)  # classification: overlap, in tokens, of windows over long documents
+    drop_remainder: bool = False  # causal_lm: drop each stream's last partial block instead of padding it
+    num_partitions: int = Field(8, ge=1)  # Spark partitions documents are hashed into before tokenization
+    shard: ShardConfig = Field(default_factory=ShardConfig)
+
+    @model_validator(mode="after")
+    def _stride_fits(self) -> "PreprocessConfig":
+        if self.stride is not None and self.stride >= self.max_length - 2:
+            raise ValueError(f"stride {self.stride} must be below max_length - 2 ({self.max_length - 2})")
+        return self
 
 
 class SparkConfig(_Strict):
     master: str = "local[*]"
     conf: dict[str, str] = Field(default_factory=dict)  # passed through as --conf key=value
+    py_files: list[str] = Field(default_factory=list)  # passed as --py-files (e.g. the `shardline package` zip)
 
     @field_validator("conf", mode="before")
     @classmethod
@@ -121,10 +147,6 @@ class EvalConfig(_Strict):
     batch_size: int = Field(64, ge=1)
 
 
-class DriverConfig(_Strict):
-    py_files: str | None = None  # zip for spark-submit --py-files, so cluster executors import the project (`shardline package`)
-
-
 class ShardlineConfig(_Strict):
     run_dir: str
     data: DataConfig
@@ -133,7 +155,6 @@ class ShardlineConfig(_Strict):
     spark: SparkConfig = Field(default_factory=SparkConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
-    driver: DriverConfig = Field(default_factory=DriverConfig)  # how `shardline run` launches stages; never changes results
 
     # Paths every stage agrees on; derived, never configured, so they cannot disagree.
     @property

@@ -14,7 +14,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 # 1: classification rows (id, input_ids, attention_mask, label), manifest.json + _SUCCESS.
-SCHEMA_VERSION = 1
+# 2: causal_lm rows (position_ids, segment_ids); row groups per split a multiple of shard.divisible_by;
+#    manifest gains documents, padding/truncation/packing counts, histograms. Version-1 manifests still load.
+SCHEMA_VERSION = 2
 
 # Column names. Token columns are list<int32>: Spark 3.5's Arrow path rejects FixedSizeList.
 ID_COLUMN = "id"  # stable document id (string); drives the split, so it must not depend on order
@@ -41,6 +43,14 @@ class SplitStats(BaseModel):
     num_files: int
     num_row_groups: int
     row_group_rows: list[int] = Field(default_factory=list)  # rows per row group, in file order
+    # Schema 2 (defaults keep version-1 manifests readable):
+    documents: int = 0  # input documents in this split (rows differ with stride windows or packing)
+    padding_tokens: int = 0  # pad positions in the token columns
+    padding_fraction: float = 0.0  # padding_tokens / (rows * max_length)
+    truncated_documents: int = 0  # classification without stride: documents cut at max_length
+    truncated_fraction: float = 0.0  # truncated_documents / documents
+    dropped_tokens: int = 0  # causal_lm with drop_remainder: tokens of the dropped partial blocks
+    length_histogram: dict[str, int] = Field(default_factory=dict)  # documents by token count, "<=N" bins
 
 
 class Manifest(BaseModel):
@@ -58,6 +68,7 @@ class Manifest(BaseModel):
     rejected_records: int
     rejected_by_reason: dict[str, int]
     duplicates_removed: int = 0
+    eos_id: int | None = None  # causal_lm: the token that ends every packed document
     token_count: int
     splits: dict[str, SplitStats]
     input_files: list[dict[str, Any]] = Field(default_factory=list)

@@ -27,7 +27,7 @@ from pipeline.config import ShardlineConfig, save_config
 
 PREPROCESS_SCRIPT = Path(__file__).resolve().parent.parent / "spark_jobs" / "preprocess.py"
 STAGES = ("preprocess", "train", "evaluate")
-# The config sections each stage's output depends on (spark.* and driver.* never change results).
+# The config sections each stage's output depends on (spark.* never changes results).
 STAGE_SECTIONS = {
     "preprocess": ("data", "tokenizer", "preprocess"),
     "train": ("data", "tokenizer", "preprocess", "train"),
@@ -76,8 +76,8 @@ def spark_submit_command(config: ShardlineConfig, config_path: Path, force: bool
     command = [spark_submit_executable(), "--master", config.spark.master]
     for key, value in sorted(config.spark.conf.items()):
         command += ["--conf", f"{key}={value}"]
-    if config.driver.py_files:
-        command += ["--py-files", config.driver.py_files]
+    if config.spark.py_files:  # the `shardline package` zip, for executors without this checkout
+        command += ["--py-files", ",".join(config.spark.py_files)]
     command += [str(PREPROCESS_SCRIPT), "--config", str(config_path)]
     if force:
         command.append("--force")

@@ -1,11 +1,25 @@
-"""Tokenization inside Spark, on Arrow batches, with the Rust tokenizer built once per worker.
+"""Tokenization inside Spark, on Arrow batches, with the Rust tokenizer built once per Python worker.
 
-The encoder runs in `mapInArrow`: each Arrow batch of text goes through one `encode_batch` call and
-comes back as Arrow list arrays built from flat numpy buffers, with no per-row Python objects.
+Both encoders run in `mapInArrow`: each Arrow batch of text goes through one `encode_batch_fast`
+call (one Rust thread per Spark task slot, so cores are not oversubscribed), and the token columns
+are built in bulk with numpy (flat ids + lengths -> padded 2-D array -> Arrow list arrays), with no
+per-token Python objects.
+
+- `encode_padded` (classification): pad/truncate to max_length, or with `stride` cut long documents
+  into overlapping windows, one row each.
+- `pack_causal_lm` (causal_lm): documents followed by EOS, concatenated in (split, id) order within
+  a partition, cut into blocks of exactly max_length tokens; only a stream's last block is padded
+  (or dropped). position_ids restart at 0 at each document start and at the start of every block;
+  segment_ids number the documents of a block 1, 2, ... (0 for padding).
+
+Besides the contract columns each row carries accounting columns (STAT_COLUMNS) that the shard
+writer drops: documents starting in the row, whether the document was truncated, and the token
+counts of the documents starting in the row.
 """
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from collections.abc import Iterator
 
@@ -16,60 +30,288 @@ from pyspark.sql import types as T
 
 from pipeline import contract
 
-# Spark workers are reused across tasks: cache the built tokenizer by the hash of its JSON.
+SPLIT = "split"
+DOCUMENTS = "_documents"  # int32: documents that start in this row (accounting)
+TRUNCATED = "_truncated"  # int8: 1 when this row's document lost tokens to truncation
+DOC_LENGTHS = "_doc_lengths"  # list<int32>: token counts of the documents starting in this row
+DROPPED = "_dropped"  # bool: a causal_lm remainder block dropped by drop_remainder (not written)
+STAT_COLUMNS = (DOCUMENTS, TRUNCATED, DOC_LENGTHS, DROPPED)
+
+_INT_LIST = T.ArrayType(T.IntegerType(), False)
+_STAT_FIELDS = [
+    T.StructField(DOCUMENTS, T.IntegerType(), False),
+    T.StructField(TRUNCATED, T.ByteType(), False),
+    T.StructField(DOC_LENGTHS, _INT_LIST, False),
+    T.StructField(DROPPED, T.BooleanType(), False),
+]
+
+# Spark reuses Python workers across tasks: cache the built tokenizer by the hash of its JSON.
 _WORKER_TOKENIZERS: dict[str, object] = {}
 
 
-def _worker_tokenizer(tokenizer_json: str, max_length: int, pad_id: int):
+def _worker_tokenizer(tokenizer_json: str, max_length: int | None, stride: int = 0):
     from tokenizers import Tokenizer
 
-    key = hashlib.sha256(tokenizer_json.encode()).hexdigest() + f":{max_length}:{pad_id}"
+    key = f"{hashlib.sha256(tokenizer_json.encode()).hexdigest()}:{max_length}:{stride}"
     tokenizer = _WORKER_TOKENIZERS.get(key)
     if tokenizer is None:
         # One Rust thread per Spark task slot: Spark already runs one task per core.
-        os.environ.setdefault("RAYON_NUM_THREADS", "1")
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        os.environ["RAYON_NUM_THREADS"] = "1"
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
         tokenizer = Tokenizer.from_str(tokenizer_json)
-        tokenizer.enable_truncation(max_length=max_length)
-        tokenizer.enable_padding(length=max_length, pad_id=pad_id)
+        tokenizer.no_padding()  # padding is done in numpy: unpadded lengths are the real token counts
+        if max_length is None:
+            tokenizer.no_truncation()
+        else:
+            tokenizer.enable_truncation(max_length=max_length, stride=stride)
         _WORKER_TOKENIZERS[key] = tokenizer
     return tokenizer
 
 
-def _fixed_length_list(values: np.ndarray, row_length: int, arrow_type: pa.DataType) -> pa.ListArray:
-    """Rows of a 2-D array as a list<...> array: offsets are a multiple of row_length."""
-    num_rows = values.shape[0]
+def flat_ids(encodings: list) -> tuple[np.ndarray, np.ndarray]:
+    """(all ids concatenated as int32, per-encoding lengths as int64), without per-row lists."""
+    lengths = np.fromiter((len(e) for e in encodings), dtype=np.int64, count=len(encodings))
+    ids = np.fromiter(
+        itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.int32, count=int(lengths.sum())
+    )
+    return ids, lengths
+
+
+def pad_rows(ids: np.ndarray, lengths: np.ndarray, row_length: int, pad_id: int) -> np.ndarray:
+    """Flat ids cut by lengths into rows of row_length, right-padded with pad_id."""
+    out = np.full((len(lengths), row_length), pad_id, dtype=np.int32)
+    out[np.arange(row_length) < lengths[:, None]] = ids
+    return out
+
+
+def list_array(values: np.ndarray, arrow_type: pa.DataType) -> pa.ListArray:
+    """Rows of a 2-D array as a list<...> array (Spark 3.5's Arrow path rejects FixedSizeList)."""
+    num_rows, row_length = values.shape
     offsets = pa.array(np.arange(0, (num_rows + 1) * row_length, row_length, dtype=np.int32))
     return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1), type=arrow_type))
 
 
+def _ragged_list(lengths_per_row: list[np.ndarray]) -> pa.ListArray:
+    offsets = np.zeros(len(lengths_per_row) + 1, dtype=np.int32)
+    np.cumsum([len(x) for x in lengths_per_row], out=offsets[1:])
+    flat = np.concatenate(lengths_per_row) if lengths_per_row else np.zeros(0)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat.astype(np.int32), type=pa.int32()))
+
+
+def _one_or_none_list(values: np.ndarray, present: np.ndarray) -> pa.ListArray:
+    """Row i holds [values[i]] where present[i], else []: built from offsets, not per-row lists."""
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum(present, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values[present].astype(np.int32)))
+
+
+def _token_fields(*names: str) -> list[T.StructField]:
+    return [T.StructField(name, _INT_LIST, False) for name in names]
+
+
 def encode_padded(
-    df: DataFrame, tokenizer_json: str, max_length: int, pad_id: int, text_column: str = "text"
+    df: DataFrame, tokenizer_json: str, max_length: int, pad_id: int, stride: int | None = None,
+    text_column: str = "text",
 ) -> DataFrame:
-    """Add input_ids / attention_mask (padded or truncated to max_length) and num_tokens; drop text."""
+    """Replace text by input_ids / attention_mask (max_length, padded) and num_tokens.
+
+    Without stride a long document is truncated (TRUNCATED=1); with stride it becomes several
+    windows overlapping by `stride` tokens, ids suffixed `#1`, `#2`, ... after the first.
+    """
     keep = [f for f in df.schema.fields if f.name != text_column]
     out_schema = T.StructType(
         keep
-        + [
-            T.StructField(contract.INPUT_IDS, T.ArrayType(T.IntegerType(), False), False),
-            T.StructField(contract.ATTENTION_MASK, T.ArrayType(T.ByteType(), False), False),
-            T.StructField(contract.NUM_TOKENS, T.IntegerType(), False),
-        ]
+        + _token_fields(contract.INPUT_IDS)
+        + [T.StructField(contract.ATTENTION_MASK, T.ArrayType(T.ByteType(), False), False),
+           T.StructField(contract.NUM_TOKENS, T.IntegerType(), False)]
+        + _STAT_FIELDS
     )
     keep_names = [f.name for f in keep]
 
     def encode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        tokenizer = _worker_tokenizer(tokenizer_json, max_length, pad_id)
+        tokenizer = _worker_tokenizer(tokenizer_json, max_length, stride or 0)
         for batch in batches:
             texts = batch.column(text_column).to_pylist()
-            encodings = tokenizer.encode_batch_fast(texts) if texts else []
-            ids = np.array([e.ids for e in encodings], dtype=np.int32).reshape(len(texts), max_length)
-            mask = np.array([e.attention_mask for e in encodings], dtype=np.int8).reshape(len(texts), max_length)
-            columns = [batch.column(name) for name in keep_names] + [
-                _fixed_length_list(ids, max_length, pa.int32()),
-                _fixed_length_list(mask, max_length, pa.int8()),
-                pa.array(mask.sum(axis=1, dtype=np.int32)),
+            encodings = tokenizer.encode_batch_fast(texts)
+            truncated = np.fromiter((bool(e.overflowing) for e in encodings), dtype=np.int8, count=len(encodings))
+            columns = [batch.column(name) for name in keep_names]
+            if stride and truncated.any():
+                windows = [len(e.overflowing) + 1 for e in encodings]
+                take = pa.array(np.repeat(np.arange(len(encodings)), windows))
+                columns = [c.take(take) for c in columns]
+                id_index = keep_names.index(contract.ID_COLUMN)
+                suffixes = [f"#{k}" if k else "" for n in windows for k in range(n)]
+                columns[id_index] = pa.array([i + s for i, s in zip(columns[id_index].to_pylist(), suffixes)])
+                first = np.array([k == 0 for n in windows for k in range(n)])
+                encodings = [w for e in encodings for w in (e, *e.overflowing)]
+                truncated = np.zeros(len(encodings), dtype=np.int8)
+            else:
+                first = np.ones(len(encodings), dtype=bool)
+            ids, lengths = flat_ids(encodings)
+            padded = pad_rows(ids, lengths, max_length, pad_id)
+            mask = (np.arange(max_length) < lengths[:, None]).astype(np.int8)
+            num_tokens = lengths.astype(np.int32)
+            columns += [
+                list_array(padded, pa.int32()),
+                list_array(mask, pa.int8()),
+                pa.array(num_tokens),
+                pa.array(first.astype(np.int32)),
+                pa.array(truncated),
+                _one_or_none_list(num_tokens, first),
+                pa.array(np.zeros(len(encodings), dtype=bool)),
             ]
             yield pa.RecordBatch.from_arrays(columns, names=out_schema.fieldNames())
 
     return df.mapInArrow(encode_batches, out_schema)
+
+
+def pack_causal_lm(
+    df: DataFrame, tokenizer_json: str, max_length: int, pad_id: int, eos_id: int,
+    drop_remainder: bool = False, text_column: str = "text",
+) -> DataFrame:
+    """Pack the documents of each (partition, split) stream into blocks of max_length tokens.
+
+    Expects rows sorted by (split, id) within partitions (the order documents are packed in).
+    Output columns: id (first document's id @ its position), split, the four token columns,
+    num_tokens, and the accounting columns.
+    """
+    out_schema = T.StructType(
+        [T.StructField(contract.ID_COLUMN, T.StringType(), False), T.StructField(SPLIT, T.StringType(), False)]
+        + _token_fields(contract.INPUT_IDS)
+        + [T.StructField(contract.ATTENTION_MASK, T.ArrayType(T.ByteType(), False), False)]
+        + _token_fields(contract.POSITION_IDS, contract.SEGMENT_IDS)
+        + [T.StructField(contract.NUM_TOKENS, T.IntegerType(), False)]
+        + _STAT_FIELDS
+    )
+
+    def pack_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        tokenizer = _worker_tokenizer(tokenizer_json, None)
+        packer = BlockPacker(max_length, pad_id, eos_id, drop_remainder)
+        for batch in batches:
+            texts = batch.column(text_column).to_pylist()
+            splits = batch.column(SPLIT).to_pylist()
+            ids = batch.column(contract.ID_COLUMN).to_pylist()
+            tokens, lengths = flat_ids(tokenizer.encode_batch_fast(texts, add_special_tokens=False))
+            token_starts = np.concatenate([[0], np.cumsum(lengths)])
+            start = 0
+            for split_name, run in itertools.groupby(splits):
+                stop = start + len(list(run))
+                if split_name != packer.split:
+                    yield from _blocks_batch(packer.finish())
+                    packer.split = split_name
+                run_tokens = tokens[token_starts[start]:token_starts[stop]]
+                yield from _blocks_batch(packer.add(run_tokens, lengths[start:stop], ids[start:stop]))
+                start = stop
+        yield from _blocks_batch(packer.finish())
+
+    def _blocks_batch(blocks: "PackedBlocks | None") -> Iterator[pa.RecordBatch]:
+        if blocks is None or not len(blocks.block_ids):
+            return
+        n = len(blocks.block_ids)
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array(blocks.block_ids, type=pa.string()),
+                pa.array([blocks.split] * n, type=pa.string()),
+                list_array(blocks.input_ids, pa.int32()),
+                list_array((blocks.segment_ids > 0).astype(np.int8), pa.int8()),
+                list_array(blocks.position_ids, pa.int32()),
+                list_array(blocks.segment_ids, pa.int32()),
+                pa.array((blocks.segment_ids > 0).sum(axis=1).astype(np.int32)),
+                pa.array(blocks.documents),
+                pa.array(np.zeros(n, dtype=np.int8)),
+                _ragged_list(blocks.doc_lengths),
+                pa.array(blocks.dropped),
+            ],
+            names=out_schema.fieldNames(),
+        )
+
+    return df.mapInArrow(pack_batches, out_schema)
+
+
+class PackedBlocks:
+    """Blocks cut from one split's token stream: arrays of shape (blocks, max_length)."""
+
+    def __init__(self, split, block_ids, input_ids, position_ids, segment_ids, documents, doc_lengths, dropped):
+        self.split, self.block_ids = split, block_ids
+        self.input_ids, self.position_ids, self.segment_ids = input_ids, position_ids, segment_ids
+        self.documents, self.doc_lengths, self.dropped = documents, doc_lengths, dropped
+
+
+class BlockPacker:
+    """Streams documents into fixed blocks; carries the unfinished tail from one batch to the next.
+
+    Per stream token arrays: token id, document number (global within the stream) and position
+    within the document. A block's segment ids renumber its documents from 1; positions of a
+    document continued from the previous block restart at 0.
+    """
+
+    def __init__(self, max_length: int, pad_id: int, eos_id: int, drop_remainder: bool):
+        self.max_length, self.pad_id, self.eos_id, self.drop_remainder = max_length, pad_id, eos_id, drop_remainder
+        self.split: str | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.tokens = np.zeros(0, dtype=np.int32)
+        self.doc = np.zeros(0, dtype=np.int64)
+        self.pos = np.zeros(0, dtype=np.int64)
+        self.doc_base = 0  # stream number of doc_ids[0]; finished documents are forgotten
+        self.doc_ids: list[str] = []  # ids of the documents numbered doc_base, doc_base + 1, ...
+        self.doc_lengths: list[int] = []
+
+    def add(self, tokens: np.ndarray, lengths: np.ndarray, doc_ids: list[str]) -> PackedBlocks:
+        with_eos = lengths + 1
+        total = int(with_eos.sum())
+        stream = np.empty(total, dtype=np.int32)
+        ends = np.cumsum(with_eos)
+        is_eos = np.zeros(total, dtype=bool)
+        is_eos[ends - 1] = True
+        stream[is_eos] = self.eos_id
+        stream[~is_eos] = tokens
+        first_doc = self.doc_base + len(self.doc_ids)
+        doc = np.repeat(np.arange(first_doc, first_doc + len(lengths)), with_eos)
+        pos = np.arange(total) - np.repeat(ends - with_eos, with_eos)
+        self.tokens = np.concatenate([self.tokens, stream])
+        self.doc = np.concatenate([self.doc, doc])
+        self.pos = np.concatenate([self.pos, pos])
+        self.doc_ids.extend(doc_ids)
+        self.doc_lengths.extend(with_eos.tolist())
+        full = len(self.tokens) // self.max_length
+        return self._cut(full * self.max_length)
+
+    def finish(self) -> PackedBlocks | None:
+        """The stream's last, partial block: padded, or marked dropped with drop_remainder."""
+        if self.split is None:
+            return None
+        blocks = self._cut(len(self.tokens), pad=True)
+        self._reset()
+        return blocks
+
+    def _cut(self, num_tokens: int, pad: bool = False) -> PackedBlocks:
+        length = self.max_length
+        tokens, doc, pos = self.tokens[:num_tokens], self.doc[:num_tokens], self.pos[:num_tokens]
+        self.tokens, self.doc, self.pos = self.tokens[num_tokens:], self.doc[num_tokens:], self.pos[num_tokens:]
+        real = np.ones(num_tokens, dtype=bool)
+        if pad and num_tokens % length:
+            fill = length - num_tokens % length
+            tokens = np.concatenate([tokens, np.full(fill, self.pad_id, dtype=np.int32)])
+            doc = np.concatenate([doc, np.full(fill, doc[-1])])
+            pos = np.concatenate([pos, np.zeros(fill, dtype=np.int64)])
+            real = np.concatenate([real, np.zeros(fill, dtype=bool)])
+        num_blocks = len(tokens) // length
+        tokens, doc, pos, real = (a.reshape(num_blocks, length) for a in (tokens, doc, pos, real))
+        first_doc, first_pos = doc[:, :1], pos[:, :1]
+        segment = np.where(real, doc - first_doc + 1, 0).astype(np.int32)
+        position = np.where(real, np.where(doc == first_doc, pos - first_pos, pos), 0).astype(np.int32)
+        starts = real & (pos == 0)  # a document starts where its own position is 0
+        documents = starts.sum(axis=1).astype(np.int32)
+        base = self.doc_base
+        doc_lengths = [np.array([self.doc_lengths[d - base] for d in doc[b][starts[b]]], dtype=np.int32)
+                       for b in range(num_blocks)]
+        block_ids = [f"{self.doc_ids[doc[b, 0] - base]}@{pos[b, 0]}" for b in range(num_blocks)]
+        dropped = np.full(num_blocks, pad and self.drop_remainder, dtype=bool)
+        # Forget the documents that ended inside the blocks just cut.
+        forget = int(self.doc[0]) - base if len(self.doc) else len(self.doc_ids)
+        if forget:
+            del self.doc_ids[:forget], self.doc_lengths[:forget]
+            self.doc_base += forget
+        return PackedBlocks(self.split, block_ids, tokens, position, segment, documents, doc_lengths, dropped)

@@ -19,14 +19,16 @@ if __package__ in (None, ""):
     # whose module names must not shadow the standard library's.
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline import contract
 from pipeline.config import ConfigError, ShardlineConfig, load_config, save_config
 from pipeline.tokenizer import backend_json, load_tokenizer, train_tokenizer
-from spark_jobs import encode, read, split
-from spark_jobs.manifest import new_staging_dir, parquet_files, publish, row_group_rows
+from spark_jobs import clean, encode, read, shard, split
+from spark_jobs.manifest import new_staging_dir, publish, token_stats, versions
+from spark_jobs.manifest import split_stats as split_stats_of
 
 # The config sections a dataset depends on: changing any other section never rebuilds it.
 DATASET_SECTIONS = ("data", "tokenizer", "preprocess")
@@ -44,23 +46,32 @@ def check_existing(config: ShardlineConfig, force: bool) -> bool:
     existing = contract.load_manifest(dataset_dir)
     wanted = {k: config.to_dict()[k] for k in DATASET_SECTIONS}
     found = {k: existing.config.get(k) for k in DATASET_SECTIONS}
-    if wanted == found:
-        return True
     changed = sorted(k for k in DATASET_SECTIONS if wanted[k] != found[k])
-    raise DatasetConflictError(
-        f"{dataset_dir} was built from a different config (sections {changed} differ); "
-        "use another run_dir, or pass --force to rebuild it"
-    )
+    if changed:
+        raise DatasetConflictError(
+            f"{dataset_dir} was built from a different config (sections {changed} differ); "
+            "use another run_dir, or pass --force to rebuild it"
+        )
+    if existing.input_files != input_file_list(read.resolve_input_files(config.data.input)):
+        raise DatasetConflictError(
+            f"{dataset_dir} was built from different input files (names or sizes changed under "
+            f"{config.data.input}); pass --force to rebuild it"
+        )
+    return True
 
 
-def prepare_tokenizer(spark: SparkSession, config: ShardlineConfig, texts: DataFrame):
+def input_file_list(files: list[str]) -> list[dict]:
+    """What the manifest records of the input, and what a rerun compares against."""
+    return [{"path": f, "bytes": os.path.getsize(f)} for f in files if os.path.exists(f)]
+
+
+def prepare_tokenizer(config: ShardlineConfig, texts: DataFrame, num_texts: int):
     """Train (on a Spark-drawn sample) or load the tokenizer, and save the run's copy of it."""
     if config.tokenizer.train is not None:
-        sample_size = config.tokenizer.train.sample_size
-        total = texts.count()
-        fraction = min(1.0, sample_size / max(total, 1))
+        fraction = min(1.0, config.tokenizer.train.sample_size / max(num_texts, 1))
         sample = texts.sample(fraction=fraction, seed=config.preprocess.seed) if fraction < 1 else texts
-        rows = (row[0] for row in sample.select(read.TEXT).toLocalIterator())
+        # One job (toLocalIterator would run one per partition); sample_size bounds what it brings back.
+        rows = [row[0] for row in sample.select(read.TEXT).collect()]
         tokenizer = train_tokenizer(rows, config.tokenizer.train)
     else:
         tokenizer = load_tokenizer(config.tokenizer.path)
@@ -70,122 +81,141 @@ def prepare_tokenizer(spark: SparkSession, config: ShardlineConfig, texts: DataF
     return tokenizer
 
 
-def build_dataset(spark: SparkSession, config: ShardlineConfig) -> contract.Manifest:
-    timings: dict[str, float] = {}
-    started = time.perf_counter()
-    files = read.resolve_input_files(config.data.input)
-    corpus = read.read_corpus(spark, config.data, files)
-    good, rejected = read.split_rejects(corpus)
-    timings["read"] = time.perf_counter() - started
+def clean_records(records: DataFrame, config: ShardlineConfig) -> DataFrame:
+    """Every cleaning step and record check, in order; the first failing check names the reject."""
+    pre = config.preprocess
+    df = records.transform(lambda d: clean.normalize_text(d, pre.normalization, pre.collapse_whitespace))
+    df = df.transform(lambda d: clean.filter_length(d, pre.min_chars, pre.max_chars))
+    if pre.task == "classification":
+        df = df.transform(lambda d: clean.check_labels(d, config.data.labels))
+    if config.data.id_column:
+        df = df.transform(clean.check_ids)
+    return df
 
-    started = time.perf_counter()
-    tokenizer = prepare_tokenizer(spark, config, good.select(read.TEXT))
-    timings["tokenizer"] = time.perf_counter() - started
 
-    labelled = config.data.label_column is not None
-    label_map: dict[str, int] = {}
-    if labelled:
-        labels = sorted(r[0] for r in good.select(F.trim(F.col(read.LABEL_RAW))).distinct().collect())
-        label_map = {name: index for index, name in enumerate(labels)}
-    else:
-        raise ConfigError("config key data.label_column: required key is missing for preprocess.task classification")
-
-    staging = new_staging_dir(config.dataset_dir)
-    tokenizer.save_pretrained(str(staging / "tokenizer"))  # the dataset decodes on its own
-    started = time.perf_counter()
-    rows = (
-        good.transform(split.with_content_id)
-        .transform(lambda df: split.with_label_ids(df, label_map))
-        .transform(lambda df: split.with_split(df, config.preprocess.split, config.preprocess.seed))
-        .select(contract.ID_COLUMN, read.TEXT, contract.LABEL, split.SPLIT)
-        .transform(
-            lambda df: encode.encode_padded(
-                df, backend_json(tokenizer), config.preprocess.max_length, tokenizer.pad_token_id
-            )
+def encode_documents(docs: DataFrame, config: ShardlineConfig, tokenizer) -> DataFrame:
+    """Documents (id, split, text[, label]) -> token rows of the configured task."""
+    pre = config.preprocess
+    ordered = docs.repartition(pre.num_partitions, contract.ID_COLUMN).sortWithinPartitions(split.SPLIT, contract.ID_COLUMN)
+    if pre.task == "causal_lm":
+        eos_id = causal_lm_eos_id(tokenizer)
+        return encode.pack_causal_lm(
+            ordered.select(contract.ID_COLUMN, split.SPLIT, read.TEXT), backend_json(tokenizer),
+            pre.max_length, tokenizer.pad_token_id, eos_id, pre.drop_remainder,
         )
+    return encode.encode_padded(
+        ordered.select(contract.ID_COLUMN, split.SPLIT, read.TEXT, contract.LABEL), backend_json(tokenizer),
+        pre.max_length, tokenizer.pad_token_id, pre.stride,
     )
-    # One shuffle by id, then a sort by id: the same input always gives the same shard contents.
-    (
-        rows.repartition(config.preprocess.num_shards, contract.ID_COLUMN)
-        .sortWithinPartitions(contract.ID_COLUMN)
-        .write.partitionBy(split.SPLIT)
-        .option("compression", "zstd")
-        .parquet(str(staging / "_by_split"))
-    )
+
+
+def causal_lm_eos_id(tokenizer) -> int:
+    eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+    if eos_id is None:
+        raise ConfigError(
+            "config key tokenizer: the tokenizer has no eos (or sep) token to end packed documents; "
+            "use one that defines eos_token"
+        )
+    return eos_id
+
+
+def label_map_of(config: ShardlineConfig, docs: DataFrame) -> dict[str, int]:
+    if config.preprocess.task != "classification":
+        return {}
+    if config.data.label_column is None:
+        raise ConfigError("config key data.label_column: required key is missing for preprocess.task classification")
+    if config.data.labels is not None:
+        names = sorted(set(config.data.labels))
+    else:
+        names = sorted(r[0] for r in docs.select(F.trim(F.col(read.LABEL_RAW))).distinct().collect())
+    return {name: index for index, name in enumerate(names)}
+
+
+def build_dataset(spark: SparkSession, config: ShardlineConfig) -> contract.Manifest:
+    pre = config.preprocess
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        timings[stage] = round(time.perf_counter() - clock, 3)
+        clock = time.perf_counter()
+
+    files = read.resolve_input_files(config.data.input)
+    records = clean_records(read.read_corpus(spark, config.data, files), config)
+    records = records.persist(StorageLevel.MEMORY_AND_DISK)  # read and cleaned once, used four times
+    staging = new_staging_dir(config.dataset_dir)
+    good, rejected = read.split_rejects(records)
     rejected.write.option("compression", "zstd").parquet(str(staging / contract.REJECTS_DIR))
-    timings["tokenize_write"] = time.perf_counter() - started
+    by_reason = {r[0]: r[1] for r in records.groupBy(read.REJECT_REASON).count().collect()}
+    num_good = by_reason.pop(None, 0)
+    rejects_by_reason = by_reason
+    lap("read_clean")
 
-    started = time.perf_counter()
-    split_stats = _finalize_splits(spark, staging)
-    rejects_by_reason = {
-        r[0]: r[1] for r in spark.read.parquet(str(staging / contract.REJECTS_DIR)).groupBy(read.REJECT_REASON).count().collect()
-    }
-    timings["stats"] = time.perf_counter() - started
+    tokenizer = prepare_tokenizer(config, good.select(read.TEXT), num_good)
+    tokenizer.save_pretrained(str(staging / "tokenizer"))  # the dataset decodes on its own
+    label_map = label_map_of(config, good)
+    lap("tokenizer")
 
+    docs = good.transform(lambda d: clean.with_ids(d, config.data.id_column is not None))
+    if pre.dedup:
+        docs = docs.transform(clean.drop_duplicates)
+    docs = docs.transform(lambda d: split.with_split(d, pre.split, pre.seed))
+    if label_map:
+        docs = docs.transform(lambda d: split.with_label_ids(d, label_map))
+    encoded = encode_documents(docs, config, tokenizer).persist(StorageLevel.MEMORY_AND_DISK)
+    totals = token_stats(encoded)
+    records.unpersist()
+    lap("tokenize")
+
+    indexed = shard.with_local_index(encoded.filter(~F.col(encode.DROPPED)))
+    rows_per_split, bases = shard.count_positions(indexed)
+    bytes_per_row = shard.row_bytes(pre.max_length, pre.task)
+    plans = {name: shard.plan_split(name, rows_per_split.get(name, 0), bytes_per_row, pre.shard) for name in contract.SPLITS}
+    for name in contract.SPLITS:
+        (staging / name).mkdir(parents=True)
+    columns = contract_columns(pre.task)
+    written = shard.write_shards(
+        shard.with_layout(indexed, bases, plans), plans, columns, str(staging), pre.shard.compression
+    )
+    schema = shard.arrow_schema(encoded.select(*columns).schema)
+    shard.write_missing_files(plans, written, schema, str(staging), pre.shard.compression)
+    encoded.unpersist()
+    lap("shard_write")
+
+    split_stats = {name: split_stats_of(staging / name, totals.get(name), pre.max_length) for name in contract.SPLITS}
+    documents = sum(s.documents for s in split_stats.values())
+    rejected_total = sum(rejects_by_reason.values())
     manifest = contract.Manifest(
         schema_version=contract.SCHEMA_VERSION,
-        task=config.preprocess.task,
-        max_length=config.preprocess.max_length,
+        task=pre.task,
+        max_length=pre.max_length,
         vocab_size=len(tokenizer),
         pad_id=tokenizer.pad_token_id,
+        eos_id=causal_lm_eos_id(tokenizer) if pre.task == "causal_lm" else None,
         tokenizer_sha256=contract.file_sha256(config.tokenizer_dir / "tokenizer.json"),
         label_map=label_map,
-        input_records=sum(s.rows for s in split_stats.values()) + sum(rejects_by_reason.values()),
-        rejected_records=sum(rejects_by_reason.values()),
+        input_records=num_good + rejected_total,
+        rejected_records=rejected_total,
         rejected_by_reason=dict(sorted(rejects_by_reason.items())),
+        duplicates_removed=num_good - documents,
         token_count=sum(s.tokens for s in split_stats.values()),
         splits=split_stats,
-        input_files=[{"path": f, "bytes": os.path.getsize(f)} for f in files if os.path.exists(f)],
-        versions=_versions(spark),
-        stage_seconds={k: round(v, 3) for k, v in timings.items()},
+        input_files=input_file_list(files),
+        versions=versions(spark.version),
+        stage_seconds=timings,
         config=config.to_dict(),
     )
     publish(staging, config.dataset_dir, manifest)
     return manifest
 
 
-def _finalize_splits(spark: SparkSession, staging: Path) -> dict[str, contract.SplitStats]:
-    """Move split=<name>/ directories to <name>/ and measure each split from its written files."""
-    by_split = staging / "_by_split"
-    token_sums = {
-        r[0]: (r[1], r[2] or 0)
-        for r in spark.read.parquet(str(by_split))
-        .groupBy(split.SPLIT)
-        .agg(F.count(F.lit(1)), F.sum(contract.NUM_TOKENS))
-        .collect()
-    }
-    stats = {}
-    for name in contract.SPLITS:
-        target = staging / name
-        source = by_split / f"{split.SPLIT}={name}"
-        if source.exists():
-            os.replace(source, target)
-        else:
-            target.mkdir()
-        rows, tokens = token_sums.get(name, (0, 0))
-        stats[name] = contract.SplitStats(
-            rows=rows,
-            tokens=int(tokens),
-            num_files=len(parquet_files(target)),
-            num_row_groups=len(row_group_rows(target)),
-            row_group_rows=row_group_rows(target),
-        )
-    shutil.rmtree(by_split)
-    return stats
-
-
-def _versions(spark: SparkSession) -> dict[str, str]:
-    import pyarrow
-    import tokenizers
-    import transformers
-
-    return {
-        "python": sys.version.split()[0],
-        "spark": spark.version,
-        "pyarrow": pyarrow.__version__,
-        "tokenizers": tokenizers.__version__,
-        "transformers": transformers.__version__,
-    }
+def contract_columns(task: str) -> list[str]:
+    """The columns a split's Parquet files hold, in order."""
+    if task == "causal_lm":
+        return [contract.ID_COLUMN, contract.INPUT_IDS, contract.ATTENTION_MASK, contract.POSITION_IDS,
+                contract.SEGMENT_IDS, contract.NUM_TOKENS]
+    return [contract.ID_COLUMN, contract.INPUT_IDS, contract.ATTENTION_MASK, contract.LABEL, contract.NUM_TOKENS]
 
 
 def create_spark_session(config: ShardlineConfig) -> SparkSession:

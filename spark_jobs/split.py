@@ -1,4 +1,4 @@
-"""Document ids, label ids and the train/val/test split, as pure DataFrame -> DataFrame functions."""
+"""Label ids and the train/val/test split, as pure DataFrame -> DataFrame functions."""
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
@@ -9,11 +9,6 @@ from pipeline.config import SplitConfig
 
 SPLIT = "split"
 _BUCKETS = 1_000_000  # split resolution: fractions are honoured to 1e-6
-
-
-def with_content_id(df: DataFrame, text_column: str = "text") -> DataFrame:
-    """id = sha256 of the text: stable when the corpus grows or is reordered."""
-    return df.withColumn(contract.ID_COLUMN, F.sha2(F.col(text_column), 256).substr(1, 32))
 
 
 def with_label_ids(df: DataFrame, label_map: dict[str, int], label_raw: str = "label_raw") -> DataFrame:

@@ -38,7 +38,8 @@ def test_run_builds_dataset_trains_and_beats_chance(demo_run):
     manifest = json.loads((run_dir / "dataset" / "manifest.json").read_text())
     records = sum(1 for _ in open(corpus))
     assert manifest["input_records"] == records
-    assert sum(s["rows"] for s in manifest["splits"].values()) + manifest["rejected_records"] == records
+    assert (sum(s["rows"] for s in manifest["splits"].values()) + manifest["rejected_records"]
+            + manifest["duplicates_removed"] == records)
     assert (run_dir / "dataset" / "_SUCCESS").exists()
     evaluation = json.loads((run_dir / "eval.json").read_text())
     assert evaluation["split"] == "test" and evaluation["examples"] == manifest["splits"]["test"]["rows"]
@@ -54,13 +55,15 @@ def test_run_builds_dataset_trains_and_beats_chance(demo_run):
 
 def test_inspect_decodes_rows_back_to_text(demo_run):
     import hashlib
+    import unicodedata
 
     from pipeline.tokenizer import load_tokenizer
 
     run_dir, corpus, _ = demo_run
     result = _run([*SHARDLINE, "inspect", str(run_dir / "dataset"), "--rows", "2"])
     assert result.returncode == 0, result.stderr
-    by_id = {hashlib.sha256(t.encode()).hexdigest()[:32]: t for t in (json.loads(line)["text"] for line in open(corpus))}
+    cleaned = (" ".join(unicodedata.normalize("NFKC", json.loads(line)["text"]).split()) for line in open(corpus))
+    by_id = {hashlib.sha256(t.encode()).hexdigest()[:32]: t for t in cleaned}  # ids hash the cleaned text
     tokenizer = load_tokenizer(run_dir / "tokenizer")
     blocks = result.stdout.split("\n[train row ")[1:]
     assert len(blocks) == 2

@@ -90,7 +90,7 @@ def test_dry_run_prints_the_exact_argument_lists_and_runs_nothing(tiny_run):
     run_dir, args, _ = tiny_run
     before = mtimes(run_dir)
     result = shardline("run", *args, "--set", "train.lr=0.002", "--set", "train.nproc=2",
-                       "--set", "driver.py_files=/opt/shardline.zip", "--force", "--dry-run")
+                       "--set", "spark.py_files=[/opt/shardline.zip]", "--force", "--dry-run")
     assert result.returncode == 0, result.stderr
     commands = [shlex.split(line) for line in result.stdout.splitlines() if line.startswith("  ")]
     config_path = str(run_dir / "config.resolved.yaml")

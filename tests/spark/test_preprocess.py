@@ -21,7 +21,7 @@ def built(spark, tmp_path_factory, docstring_records):
         "run_dir": str(root / "run"),
         "data": {"input": str(corpus), "label_column": "label"},
         "tokenizer": {"train": {"vocab_size": 600}},
-        "preprocess": {"max_length": 32, "num_shards": 2, "seed": 3},
+        "preprocess": {"max_length": 32, "seed": 3, "num_partitions": 2, "shard": {"row_group_rows": 64}},
     })
     return config, build_dataset(spark, config), records
 
@@ -63,3 +63,116 @@ def test_rerun_skips_and_a_changed_config_is_refused(built):
     with pytest.raises(DatasetConflictError, match=r"sections \['preprocess'\] differ"):
         check_existing(changed, force=False)
     assert check_existing(changed, force=True) is False
+
+
+def test_rerun_with_changed_input_is_refused(messy):
+    config = messy[0]
+    assert check_existing(config, force=False) is True
+    with open(next(config.dataset_dir.parent.parent.glob("corpus/a.jsonl")), "a") as handle:
+        handle.write('{"text": "one more", "label": "email"}\n')
+    with pytest.raises(DatasetConflictError, match="different input files"):
+        check_existing(config, force=False)
+
+
+def _messy_corpus(root, records):
+    """A directory of jsonl files holding every bad-record class once (twice for some), with the
+    exact expected reject counts and duplicates."""
+    import bz2
+    import gzip
+
+    root.mkdir()
+    good = [json.dumps(r).encode() for r in records]
+    bad = [
+        b'{"text": "cut off',  # malformed_record
+        b"[1, 2, 3]",  # malformed_record: not an object
+        json.dumps({"text": None, "label": "email"}).encode(),  # null_text
+        json.dumps({"text": "", "label": "email"}).encode(),  # empty_text
+        json.dumps({"text": " \u2003\t\u3000 ", "label": "email"}).encode(),  # empty_text once whitespace is collapsed
+        json.dumps({"text": 42, "label": "email"}).encode(),  # wrong_type
+        json.dumps({"text": "label of the wrong type", "label": {"x": 1}}).encode(),  # wrong_type
+        b'{"text": "caf\xe9 latin-1 byte", "label": "email"}',  # invalid_utf8
+        json.dumps({"text": "nobody labelled this"}).encode(),  # missing_label
+        json.dumps({"text": "a label outside the set", "label": "zoology"}).encode(),  # unknown_label
+        json.dumps({"text": "x" * 3000, "label": "email"}).encode(),  # too_long (max_chars 2000)
+        json.dumps({"text": "ab", "label": "email"}).encode(),  # too_short (min_chars 3)
+    ]
+    dupes = [
+        json.dumps(records[0]).encode(),  # exact duplicate
+        json.dumps({**records[1], "text": "  " + records[1]["text"].replace(" ", "   ") + "\n"}).encode(),  # same after whitespace collapse
+        json.dumps({**records[2], "text": "\uff21" + records[2]["text"]}).encode(),  # ...and its NFKC twin below
+        json.dumps({**records[2], "text": "A" + records[2]["text"]}).encode(),
+    ]
+    half = len(good) // 2
+    (root / "a.jsonl").write_bytes(b"\n".join(good[:half] + bad + dupes) + b"\n")
+    corrupt = bytearray(gzip.compress(b'{"text": "lost", "label": "email"}\n' * 40))
+    corrupt[20:40] = b"\xff" * 20
+    (root / "b.jsonl.gz").write_bytes(gzip.compress(b"\n".join(good[half:half + 2]) + b"\n") + bytes(corrupt))
+    (root / "c.jsonl.bz2").write_bytes(bz2.compress(b"\n".join(good[half + 2:]) + b"\n"))
+    (root / "d.jsonl").write_bytes(b"")  # empty_file
+    rejects = {"malformed_record": 2, "null_text": 1, "empty_text": 2, "wrong_type": 2, "invalid_utf8": 1,
+               "missing_label": 1, "unknown_label": 1, "too_long": 1, "too_short": 1, "corrupt_file": 1,
+               "empty_file": 1}
+    # input records: good + bad + dupes + 1 corrupt-file record + 1 empty-file record;
+    # documents: the good ones + the NFKC twins' one; duplicates: 3
+    return len(good) + len(bad) + len(dupes) + 2, rejects, len(good) + 1, 3
+
+
+@pytest.fixture(scope="module")
+def messy(spark, tmp_path_factory, docstring_records):
+    root = tmp_path_factory.mktemp("messy")
+    records = [r for r in docstring_records[1::7] if 3 <= len(" ".join(r["text"].split())) <= 2000]
+    records = list({" ".join(r["text"].split()): r for r in records}.values())  # distinct after cleaning
+    num_inputs, rejects, num_documents, duplicates = _messy_corpus(root / "corpus", records)
+    config = build_config({
+        "run_dir": str(root / "run"),
+        "data": {"input": str(root / "corpus"), "label_column": "label",
+                 "labels": ["asyncio", "email", "logging", "tkinter"]},
+        "tokenizer": {"train": {"vocab_size": 600}},
+        "preprocess": {"max_length": 32, "seed": 3, "num_partitions": 2, "min_chars": 3, "max_chars": 2000,
+                       "shard": {"row_group_rows": 16, "divisible_by": 8}},
+    })
+    return config, build_dataset(spark, config), num_documents, num_inputs, rejects, duplicates
+
+
+def test_every_bad_record_class_is_counted_and_the_identity_holds(messy):
+    config, manifest, num_documents, num_inputs, rejects, duplicates = messy
+    assert manifest.rejected_by_reason == rejects
+    assert manifest.duplicates_removed == duplicates
+    assert manifest.input_records == num_inputs
+    documents = sum(s.documents for s in manifest.splits.values())
+    assert documents == num_documents
+    assert manifest.input_records == documents + sum(manifest.rejected_by_reason.values()) + manifest.duplicates_removed
+    assert sum(s.rows for s in manifest.splits.values()) == num_documents  # classification: a row per document
+    rejected = pq.read_table(config.dataset_dir / contract.REJECTS_DIR).to_pylist()
+    assert len(rejected) == sum(rejects.values())
+    assert all(r["source"].startswith("file://") for r in rejected)
+    corrupt = [r for r in rejected if r["reject_reason"] == "corrupt_file"]
+    assert corrupt[0]["source"].endswith("b.jsonl.gz") and "decompress" in corrupt[0]["record"]
+
+
+def test_row_groups_are_a_multiple_of_divisible_by_and_equal_sized(messy):
+    config, manifest, *_ = messy
+    for name, stats in manifest.splits.items():
+        footers = []
+        for path in sorted(contract.split_dir(config.dataset_dir, name).glob("*.parquet")):
+            meta = pq.ParquetFile(path).metadata
+            footers += [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        assert footers == stats.row_group_rows and len(footers) == stats.num_row_groups
+        assert stats.num_row_groups % 8 == 0 and stats.num_row_groups >= 8
+        assert max(footers) - min(footers) <= 1 and max(footers) <= 16
+        assert sum(footers) == stats.rows
+        assert stats.padding_tokens == stats.rows * 32 - stats.tokens
+        assert sum(stats.length_histogram.values()) == stats.documents
+
+
+def test_petastorm_ranks_get_the_same_number_of_rows(messy):
+    from training.data import ReaderSpec, iter_batches
+
+    config, manifest, *_ = messy
+    split_dir = contract.split_dir(config.dataset_dir, "train")
+    per_rank = [
+        sum(len(b["label"]) for b in iter_batches(ReaderSpec(split_dir, batch_size=8, shuffle=False, rank=r, world_size=2)))
+        for r in range(2)
+    ]
+    assert sum(per_rank) == manifest.splits["train"].rows
+    assert abs(per_rank[0] - per_rank[1]) <= manifest.splits["train"].num_row_groups // 2

@@ -1,5 +1,6 @@
 import json
 
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from pipeline.config import DataConfig
@@ -12,29 +13,66 @@ def _write_lines(path, lines):
 
 
 def test_jsonl_bad_records_are_kept_with_a_reason(spark, tmp_path):
-    corpus = _write_lines(
-        tmp_path / "corpus.jsonl",
-        [
-            json.dumps({"text": "a good document", "label": "email"}),
-            '{"text": "truncated json',
-            json.dumps({"text": "", "label": "email"}),
-            json.dumps({"text": None, "label": "email"}),
-            json.dumps({"text": "no label here"}),
-            json.dumps({"text": "  padded label  ", "label": " logging "}),
-        ],
-    )
+    lines = [
+        json.dumps({"text": "a good document", "label": "email"}).encode(),
+        b'{"text": "truncated json',
+        json.dumps({"text": None, "label": "email"}).encode(),
+        json.dumps({"text": 123, "label": "email"}).encode(),
+        json.dumps({"text": "label is a list", "label": [1]}).encode(),
+        b'{"text": "bad \xff byte", "label": "email"}',
+        b"   ",  # whitespace-only lines separate records; they are not records
+        b"[1, 2]",
+        json.dumps({"text": "int label", "label": 7}).encode(),
+    ]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(b"\n".join(lines) + b"\n")
+    offsets = [sum(len(line) + 1 for line in lines[:i]) for i in range(len(lines))]
     cfg = DataConfig(input=str(corpus), label_column="label")
     df = read.read_corpus(spark, cfg, read.resolve_input_files(str(corpus)))
+    expected = [
+        ("a good document", "email", None, 0),
+        (None, None, "malformed_record", 1),
+        (None, "email", "null_text", 2),
+        (None, None, "wrong_type", 3),
+        (None, None, "wrong_type", 4),
+        (None, None, "invalid_utf8", 5),
+        (None, None, "malformed_record", 7),
+        ("int label", "7", None, 8),
+    ]
+    assertDataFrameEqual(
+        df.select(read.TEXT, read.LABEL_RAW, read.REJECT_REASON, read.OFFSET),
+        spark.createDataFrame([(t, l, r, offsets[i]) for t, l, r, i in expected], "text string, label_raw string, reject_reason string, offset long"),
+    )
     good, rejected = read.split_rejects(df)
-    assertDataFrameEqual(
-        good.select(read.TEXT, read.LABEL_RAW),
-        spark.createDataFrame([("a good document", "email"), ("  padded label  ", " logging ")], [read.TEXT, read.LABEL_RAW]),
-    )
-    assertDataFrameEqual(
-        rejected.select(read.REJECT_REASON),
-        spark.createDataFrame([("malformed_record",), ("empty_text",), ("null_text",), ("missing_label",)], [read.REJECT_REASON]),
-    )
+    assert good.count() == 2
     assert {r[0] for r in rejected.select(read.SOURCE).collect()} == {corpus.resolve().as_uri()}
+    # The raw record is kept, so a reject can be found and fixed.
+    assert rejected.filter(F.col(read.REJECT_REASON) == "invalid_utf8").first()[read.RECORD] == '{"text": "bad \\xff byte", "label": "email"}'
+
+
+def test_text_files_gzip_bz2_empty_and_doc_per_file(spark, tmp_path):
+    import bz2
+    import gzip
+
+    (tmp_path / "a.txt").write_bytes(b"first line\n\nsecond \xc3\xa9 line\n")
+    (tmp_path / "b.txt.gz").write_bytes(gzip.compress(b"zipped one\nzipped two\n"))
+    (tmp_path / "c.txt.bz2").write_bytes(bz2.compress(b"bzipped\n"))
+    (tmp_path / "d.txt").write_bytes(b"")
+    files = read.resolve_input_files(str(tmp_path))
+    df = read.read_corpus(spark, DataConfig(input=str(tmp_path)), files)
+    assertDataFrameEqual(
+        df.select(read.TEXT, read.REJECT_REASON),
+        spark.createDataFrame(
+            [("first line", None), ("second é line", None), ("zipped one", None), ("zipped two", None),
+             ("bzipped", None), (None, "empty_file")], "text string, reject_reason string"),
+    )
+    whole = read.read_corpus(spark, DataConfig(input=str(tmp_path), doc_per_file=True), files)
+    assertDataFrameEqual(
+        whole.select(read.TEXT, read.REJECT_REASON),
+        spark.createDataFrame(
+            [("first line\n\nsecond é line\n", None), ("zipped one\nzipped two\n", None), ("bzipped\n", None),
+             (None, "empty_file")], "text string, reject_reason string"),
+    )
 
 
 def test_csv_and_parquet_read_the_configured_columns(spark, tmp_path):

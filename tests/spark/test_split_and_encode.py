@@ -26,21 +26,33 @@ def test_label_ids_follow_the_map_and_unknown_labels_become_null(spark):
     assertDataFrameEqual(out, spark.createDataFrame([("a", 1), ("b", 0), ("c", None)], "id string, label int"))
 
 
-def test_content_id_is_stable_sha256_prefix(spark):
-    import hashlib
-
-    out = spark.createDataFrame([("hello",)], ["text"]).transform(split.with_content_id).collect()[0]
-    assert out[contract.ID_COLUMN] == hashlib.sha256(b"hello").hexdigest()[:32]
-
-
 def test_encode_padded_matches_the_tokenizer_row_for_row(spark, small_tokenizer):
     texts = ["Create a future object attached to the loop.", "x", "word " * 100]
     df = spark.createDataFrame([(f"d{i}", t, i) for i, t in enumerate(texts)], ["id", "text", "label"]).repartition(2)
     encoded = encode.encode_padded(df, backend_json(small_tokenizer), max_length=16, pad_id=small_tokenizer.pad_token_id)
-    assert encoded.columns == ["id", "label", contract.INPUT_IDS, contract.ATTENTION_MASK, contract.NUM_TOKENS]
+    assert encoded.columns == ["id", "label", contract.INPUT_IDS, contract.ATTENTION_MASK, contract.NUM_TOKENS, *encode.STAT_COLUMNS]
+    encoded = encoded.drop(*encode.STAT_COLUMNS)
     expected = small_tokenizer(texts, padding="max_length", truncation=True, max_length=16)
     rows = []
     for i in range(len(texts)):
         ids, mask = expected["input_ids"][i], expected["attention_mask"][i]
         rows.append((f"d{i}", i, ids, [int(m) for m in mask], int(np.sum(mask))))
     assertDataFrameEqual(encoded, spark.createDataFrame(rows, encoded.schema))
+
+
+def test_stride_cuts_long_documents_into_overlapping_windows(spark, small_tokenizer):
+    texts = ["create the event loop " * 12, "x"]
+    df = spark.createDataFrame([(f"d{i}", t, i) for i, t in enumerate(texts)], ["id", "text", "label"])
+    encoded = encode.encode_padded(df, backend_json(small_tokenizer), max_length=16,
+                                   pad_id=small_tokenizer.pad_token_id, stride=4)
+    expected = small_tokenizer(texts, truncation=True, max_length=16, stride=4, padding="max_length",
+                               return_overflowing_tokens=True)
+    rows, seen = [], {}
+    for ids, mask, doc in zip(expected["input_ids"], expected["attention_mask"], expected["overflow_to_sample_mapping"]):
+        k = seen[doc] = seen.get(doc, -1) + 1
+        rows.append((f"d{doc}" + (f"#{k}" if k else ""), doc, ids, mask, sum(mask), int(k == 0), 0))
+    assert len(rows) > 3  # the long document really was cut
+    assertDataFrameEqual(
+        encoded.drop(encode.DOC_LENGTHS, encode.DROPPED),
+        spark.createDataFrame(rows, encoded.drop(encode.DOC_LENGTHS, encode.DROPPED).schema),
+    )

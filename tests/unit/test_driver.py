@@ -38,8 +38,8 @@ def _decisions(tmp_path, corpus, *overrides, **options):
 def test_spark_submit_line_carries_master_conf_and_py_files_in_order():
     config = build_config(
         {"run_dir": "runs/x", "data": {"input": "c.jsonl"}, "tokenizer": {"train": {}},
-         "spark": {"master": "yarn", "conf": {"spark.executor.memory": "4g", "spark.sql.shuffle.partitions": 64}},
-         "driver": {"py_files": "dist/shardline.zip"}}
+         "spark": {"master": "yarn", "conf": {"spark.executor.memory": "4g", "spark.sql.shuffle.partitions": 64},
+                   "py_files": ["dist/shardline.zip"]}}
     )
     command = driver.spark_submit_command(config, Path("runs/x/config.resolved.yaml"), force=True)
     assert command == [
@@ -69,8 +69,8 @@ def test_driver_and_spark_job_agree_on_what_a_dataset_depends_on():
 
 def test_unchanged_config_and_inputs_skip_every_stage(finished_run):
     assert _decisions(*finished_run) == [("preprocess", False, ""), ("train", False, ""), ("evaluate", False, "")]
-    # spark.* and driver.* never change results, so they never rerun anything
-    assert not any(run for _, run, _ in _decisions(*finished_run, "spark.master=yarn", "driver.py_files=x.zip"))
+    # spark.* never changes results, so they never rerun anything
+    assert not any(run for _, run, _ in _decisions(*finished_run, "spark.master=yarn", "spark.py_files=[x.zip]"))
 
 
 def test_a_training_key_reruns_train_and_evaluate_only(finished_run):

@@ -1,0 +1,86 @@
+"""Cleaning documents: Unicode normalization, whitespace, length filters, labels, exact de-duplication.
+
+Pure DataFrame -> DataFrame functions over read.RECORD_SCHEMA-shaped frames. A record that fails a
+check is not dropped: it gets a `reject_reason` (the first one that applies) and ends in rejects/.
+Only `drop_duplicates` removes rows, and the caller counts what it removed.
+"""
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pipeline import contract
+from spark_jobs.read import ID_RAW, LABEL_RAW, REJECT_REASON, TEXT, with_reason
+
+CONTENT_HASH = "content_hash"  # sha256 of the cleaned text: what exact de-duplication compares
+
+
+def normalize_text(df: DataFrame, form: str, collapse_whitespace: bool) -> DataFrame:
+    """Apply a Unicode normalization form (NFKC, NFC, NFKD, NFD; "none" skips it) to the text and,
+    with collapse_whitespace, turn every run of Unicode whitespace into one space and trim the ends.
+
+    One Python pass over Arrow batches for both: Java's Unicode-aware regex was the slow part.
+    """
+    if form == "none" and not collapse_whitespace:
+        return df
+    names = df.columns
+    text_index = names.index(TEXT)
+
+    def clean_one(text: str) -> str:
+        # is_normalized is a fast C check; most text is already in the form and is kept as is.
+        if form != "none" and not unicodedata.is_normalized(form, text):
+            text = unicodedata.normalize(form, text)
+        return " ".join(text.split()) if collapse_whitespace else text
+
+    def clean_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            texts = batch.column(text_index).to_pylist()
+            columns = list(batch.columns)
+            columns[text_index] = pa.array([None if t is None else clean_one(t) for t in texts], type=pa.string())
+            yield pa.RecordBatch.from_arrays(columns, names=names)
+
+    return df.mapInArrow(clean_batches, df.schema)
+
+
+def filter_length(df: DataFrame, min_chars: int, max_chars: int | None) -> DataFrame:
+    """Reject empty, too-short and too-long documents (lengths in characters, after cleaning)."""
+    length = F.length(F.col(TEXT))
+    df = with_reason(df, F.length(F.trim(F.col(TEXT))) == 0, "empty_text")
+    df = with_reason(df, length < min_chars, "too_short")
+    if max_chars is not None:
+        df = with_reason(df, length > max_chars, "too_long")
+    return df
+
+
+def check_labels(df: DataFrame, allowed: list[str] | None) -> DataFrame:
+    """Reject documents without a label, and (when the label set is configured) with an unknown one."""
+    label = F.trim(F.col(LABEL_RAW))
+    df = with_reason(df, F.col(LABEL_RAW).isNull() | (F.length(label) == 0), "missing_label")
+    if allowed is not None:
+        df = with_reason(df, ~label.isin(*allowed), "unknown_label")
+    return df
+
+
+def check_ids(df: DataFrame) -> DataFrame:
+    """With data.id_column: reject documents whose id is missing."""
+    return with_reason(df, F.col(ID_RAW).isNull() | (F.length(F.trim(F.col(ID_RAW))) == 0), "missing_id")
+
+
+def with_ids(df: DataFrame, id_from_input: bool) -> DataFrame:
+    """content_hash = sha256 of the cleaned text; id = the input's id, else a prefix of the hash
+    (stable when the corpus grows or is reordered)."""
+    df = df.withColumn(CONTENT_HASH, F.sha2(F.col(TEXT), 256))
+    doc_id = F.trim(F.col(ID_RAW)) if id_from_input else F.col(CONTENT_HASH).substr(1, 32)
+    return df.withColumn(contract.ID_COLUMN, doc_id)
+
+
+def drop_duplicates(df: DataFrame) -> DataFrame:
+    """Keep one document per content hash: the smallest row (id first), so the choice does not depend
+    on input order or partitioning. One shuffle, by content hash."""
+    others = [contract.ID_COLUMN] + [c for c in df.columns if c not in (CONTENT_HASH, contract.ID_COLUMN)]
+    kept = df.groupBy(CONTENT_HASH).agg(F.min(F.struct(*others)).alias("_kept"))
+    return kept.select(*[F.col(f"_kept.{c}") if c != CONTENT_HASH else F.col(c) for c in df.columns])

@@ -1,0 +1,154 @@
+"""The job on a real Spark standalone cluster (master + one worker on 127.0.0.1), code shipped as the
+`shardline package` zip through --py-files, compared with the local[2] run of the same config."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import contract
+from pipeline.config import build_config, save_config
+from pipeline.demo import stdlib_docstrings, write_jsonl
+from pipeline.packaging import build_package
+from spark_jobs.preprocess import build_dataset
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LOOPBACK = "127.0.0.1"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        return probe.getsockname()[1]
+
+
+def _daemon_env(tmp: Path) -> dict:
+    """Spark's own launcher environment, without this checkout on PYTHONPATH: executors must get
+    the project from the --py-files zip, as on a real cluster."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
+    env.update(SPARK_LOCAL_IP=LOOPBACK, SPARK_LOG_DIR=str(tmp / "logs"), SPARK_PID_DIR=str(tmp),
+               PYSPARK_PYTHON=sys.executable, PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}")
+    return env
+
+
+def _wait_for_worker(ui_port: int, deadline_s: float) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://{LOOPBACK}:{ui_port}/json/", timeout=2) as reply:
+                if json.load(reply).get("aliveworkers", 0) >= 1:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"no worker registered with the master (web UI port {ui_port}) in {deadline_s}s")
+
+
+@pytest.fixture(scope="module")
+def standalone_master(tmp_path_factory):
+    """spark://127.0.0.1:PORT with one 2-core worker; both daemons are stopped at teardown."""
+    import pyspark
+
+    tmp = tmp_path_factory.mktemp("cluster")
+    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
+    port, ui_port = _free_port(), _free_port()
+    env = _daemon_env(tmp)
+    daemons = []
+    try:
+        for args in (
+            ["org.apache.spark.deploy.master.Master", "--host", LOOPBACK, "--port", str(port), "--webui-port", str(ui_port)],
+            ["org.apache.spark.deploy.worker.Worker", f"spark://{LOOPBACK}:{port}", "--host", LOOPBACK,
+             "--port", str(_free_port()), "--webui-port", str(_free_port()), "--cores", "2", "--memory", "2g",
+             "--work-dir", str(tmp / "work")],
+        ):
+            log = open(tmp / f"{args[0].rsplit('.', 1)[1]}.log", "w")
+            # Own process group: teardown stops the daemon and the executors it started, nothing else.
+            daemons.append(subprocess.Popen([str(spark_class), *args], env=env, stdout=log, stderr=log,
+                                            start_new_session=True))
+        _wait_for_worker(ui_port, deadline_s=120)
+        yield f"spark://{LOOPBACK}:{port}", ui_port, env
+    finally:
+        for daemon in reversed(daemons):
+            os.killpg(daemon.pid, signal.SIGTERM)
+        for daemon in reversed(daemons):
+            try:
+                daemon.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(daemon.pid, signal.SIGKILL)
+                daemon.wait()
+
+
+def _tables(dataset_dir: Path) -> dict[str, list[dict]]:
+    return {
+        name: pq.read_table(contract.split_dir(dataset_dir, name)).to_pylist() for name in contract.SPLITS
+    }
+
+
+def _applications(ui_port: int) -> list[dict]:
+    with urllib.request.urlopen(f"http://{LOOPBACK}:{ui_port}/json/", timeout=5) as reply:
+        state = json.load(reply)
+    return state.get("activeapps", []) + state.get("completedapps", [])
+
+
+def test_cluster_run_equals_the_local_run(standalone_master, spark, small_tokenizer, tmp_path):
+    master, ui_port, env = standalone_master
+    records = stdlib_docstrings()[::12]
+    corpus = write_jsonl(records, tmp_path / "corpus.jsonl")
+    # A given tokenizer, not one trained in each run: tokenizers' trainers are not deterministic
+    # across processes (huggingface/tokenizers#1794), which would change every token id.
+    small_tokenizer.save_pretrained(str(tmp_path / "tokenizer"))
+    tree = {
+        "data": {"input": str(corpus), "label_column": "label"},
+        "tokenizer": {"path": str(tmp_path / "tokenizer")},
+        "preprocess": {"max_length": 32, "seed": 5, "num_partitions": 2, "shard": {"row_group_rows": 16}},
+        "spark": {"conf": {"spark.sql.shuffle.partitions": 4}},
+    }
+    local = build_config({**tree, "run_dir": str(tmp_path / "local")})
+    local_manifest = build_dataset(spark, local)
+
+    cluster = build_config({**tree, "run_dir": str(tmp_path / "cluster")})
+    config_path = tmp_path / "cluster.yaml"
+    save_config(cluster, config_path)
+    package = build_package(tmp_path / "shardline.zip")
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    result = subprocess.run(
+        [str(spark_submit), "--master", master, "--py-files", str(package),
+         "--conf", f"spark.driver.host={LOOPBACK}", "--conf", "spark.ui.enabled=false",
+         "--conf", f"spark.executorEnv.PYSPARK_PYTHON={sys.executable}",
+         str(REPO_ROOT / "spark_jobs" / "preprocess.py"), "--config", str(config_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "preprocess: wrote" in result.stdout
+    cluster_manifest = contract.load_manifest(cluster.dataset_dir)
+    # The application really ran on the standalone master, with executors, not in a local fallback.
+    assert [app["name"] for app in _applications(ui_port)] == ["shardline-preprocess"]
+    assert _tables(cluster.dataset_dir) == _tables(local.dataset_dir)
+    for name in contract.SPLITS:
+        assert cluster_manifest.splits[name] == local_manifest.splits[name]
+    assert cluster_manifest.rejected_by_reason == local_manifest.rejected_by_reason
+    assert cluster_manifest.tokenizer_sha256 == local_manifest.tokenizer_sha256
+
+
+def test_package_command_writes_a_reproducible_zip_of_the_project(tmp_path):
+    import zipfile
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    zips = []
+    for name in ("a.zip", "b.zip"):
+        result = subprocess.run([sys.executable, "-m", "pipeline.cli", "package", "--output", str(tmp_path / name)],
+                                cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == str(tmp_path / name)
+        zips.append((tmp_path / name).read_bytes())
+    assert zips[0] == zips[1]
+    names = zipfile.ZipFile(tmp_path / "a.zip").namelist()
+    assert {"pipeline/__init__.py", "spark_jobs/preprocess.py", "spark_jobs/encode.py", "training/__init__.py"} <= set(names)
+    assert all(n.endswith(".py") and "__pycache__" not in n for n in names)

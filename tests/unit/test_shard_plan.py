@@ -1,0 +1,70 @@
+"""Row-group and file planning, and line chunking of input files (no Spark)."""
+import gzip
+
+import numpy as np
+import pytest
+
+from pipeline.config import ShardConfig
+from spark_jobs.read import EmptyFile, plan_chunks, read_chunk_lines
+from spark_jobs.shard import plan_split
+
+
+@pytest.mark.parametrize(
+    "rows, row_group_rows, divisible_by, target_mb, expected",
+    [
+        (10_000, 1000, 8, 1000, (16, 1)),  # 10 groups needed -> next multiple of 8
+        (10_000, 1000, 8, 1, (16, 4)),  # ~5 MB wanted at 1 MB per file -> 5 -> largest divisor of 16 <= 5
+        (3, 1000, 8, 128, (8, 1)),  # fewer rows than groups: some groups are empty
+        (0, 1000, 8, 128, (0, 0)),
+        (64, 8, 3, 128, (9, 1)),
+    ],
+)
+def test_plan_split_makes_group_count_a_multiple(rows, row_group_rows, divisible_by, target_mb, expected):
+    cfg = ShardConfig(row_group_rows=row_group_rows, divisible_by=divisible_by, target_mb=target_mb)
+    plan = plan_split("train", rows, 512, cfg)
+    assert (plan.num_row_groups, plan.num_files) == expected
+    assert plan.num_row_groups % divisible_by == 0
+    if plan.num_files:
+        assert plan.num_row_groups % plan.num_files == 0
+
+
+def test_group_formula_gives_sizes_within_one_row():
+    # shard.with_layout assigns position p of n rows to group floor(p * G / n)
+    for rows, groups in [(10_000, 16), (17, 8), (1_000_003, 24)]:
+        sizes = np.bincount(np.arange(rows) * groups // rows, minlength=groups)
+        assert sizes.sum() == rows and sizes.max() - sizes.min() <= 1
+
+
+def test_chunks_cover_every_line_exactly_once(tmp_path):
+    lines = [("x" * n).encode() for n in [0, 5, 1, 17, 3, 0, 9, 2, 30, 1, 4]]
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(b"".join(line + b"\n" for line in lines) + b"tail-without-newline")
+    expected = [line for line in lines if line] + [b"tail-without-newline"]
+    size = path.stat().st_size
+    for chunk_bytes in range(1, size + 2):
+        got = []
+        for _, start, end in plan_chunks([str(path)], chunk_bytes, whole_files=False):
+            got += [raw for raw, _ in read_chunk_lines(str(path), start, end)]
+        assert got == expected, chunk_bytes
+
+
+def test_offsets_point_at_the_lines(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"ab\n\ncd\r\nef")
+    assert list(read_chunk_lines(str(path), 0, -1)) == [(b"ab", 0), (b"cd", 4), (b"ef", 8)]
+
+
+def test_corrupt_gzip_member_ends_the_file_with_an_error_and_empty_files_are_marked(tmp_path):
+    good = gzip.compress(b"one\ntwo\n")
+    bad = bytearray(gzip.compress(b"three\n" * 50))
+    bad[20:40] = b"\xff" * 20
+    path = tmp_path / "c.txt.gz"
+    path.write_bytes(good + bytes(bad))
+    records = list(read_chunk_lines(str(path), 0, -1))
+    assert [r for r, _ in records[:2]] == [b"one", b"two"]
+    assert isinstance(records[2][0], Exception) and records[2][1] == 8
+    empty = tmp_path / "e.txt"
+    empty.write_bytes(b"")
+    [(marker, offset)] = read_chunk_lines(str(empty), 0, -1)
+    assert isinstance(marker, EmptyFile) and offset == 0
+    assert plan_chunks([str(path)], 1, whole_files=False) == [(str(path), 0, -1)]  # gzip is never cut
