@@ -110,12 +110,26 @@ def inspect_dataset(dataset_dir: str, split: str, num_rows: int) -> None:
     for path in files:
         table = pq.read_table(path).slice(0, num_rows - shown)
         for row in table.to_pylist():
-            text = tokenizer.decode(row[contract.INPUT_IDS], skip_special_tokens=True)
-            print(f"\n[{split} row {shown}] id={row[contract.ID_COLUMN]} label={labels.get(row[contract.LABEL])} "
-                  f"tokens={row[contract.NUM_TOKENS]}\n{text}")
+            # causal_lm blocks have no label; their documents are told apart by segment id.
+            label = f" label={labels.get(row[contract.LABEL])}" if contract.LABEL in row else ""
+            if contract.SEGMENT_IDS in row:
+                pieces = _segments(row[contract.INPUT_IDS], row[contract.SEGMENT_IDS])
+                text = "\n".join(f"  <doc {s}> {tokenizer.decode(ids, skip_special_tokens=True)}" for s, ids in pieces)
+            else:
+                text = tokenizer.decode(row[contract.INPUT_IDS], skip_special_tokens=True)
+            print(f"\n[{split} row {shown}] id={row[contract.ID_COLUMN]}{label} tokens={row[contract.NUM_TOKENS]}\n{text}")
             shown += 1
         if shown >= num_rows:
             break
+
+
+def _segments(input_ids: list[int], segment_ids: list[int]) -> list[tuple[int, list[int]]]:
+    """(segment id, its token ids) for each document piece of a packed block; padding (0) dropped."""
+    pieces: dict[int, list[int]] = {}
+    for token, segment in zip(input_ids, segment_ids):
+        if segment:
+            pieces.setdefault(segment, []).append(token)
+    return sorted(pieces.items())
 
 
 def main(argv: list[str] | None = None) -> int:

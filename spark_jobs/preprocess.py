@@ -8,6 +8,8 @@ tokenizer the rows were encoded with in run_dir/tokenizer/.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import shutil
 import sys
@@ -65,6 +67,9 @@ def input_file_list(files: list[str]) -> list[dict]:
     return [{"path": f, "bytes": os.path.getsize(f)} for f in files if os.path.exists(f)]
 
 
+TOKENIZER_FINGERPRINT_FILE = "shardline_training_sample.sha256"  # beside a trained tokenizer
+
+
 def prepare_tokenizer(config: ShardlineConfig, texts: DataFrame, num_texts: int):
     """Train (on a Spark-drawn sample) or load the tokenizer, and save the run's copy of it."""
     if config.tokenizer.train is not None:
@@ -72,13 +77,31 @@ def prepare_tokenizer(config: ShardlineConfig, texts: DataFrame, num_texts: int)
         sample = texts.sample(fraction=fraction, seed=config.preprocess.seed) if fraction < 1 else texts
         # One job (toLocalIterator would run one per partition); sample_size bounds what it brings back.
         rows = [row[0] for row in sample.select(read.TEXT).collect()]
+        # tokenizers' trainers break ties in hash-map order (huggingface/tokenizers#1794): the same
+        # sample gives a different vocabulary each time. Reuse the run's tokenizer when it was
+        # trained on exactly this sample and settings, so a rebuild (--force) gives identical shards.
+        fingerprint = _training_fingerprint(config, rows)
+        marker = config.tokenizer_dir / TOKENIZER_FINGERPRINT_FILE
+        if marker.exists() and marker.read_text() == fingerprint:
+            print(f"preprocess: reusing {config.tokenizer_dir}, trained on this same sample")
+            return load_tokenizer(config.tokenizer_dir)
         tokenizer = train_tokenizer(rows, config.tokenizer.train)
     else:
-        tokenizer = load_tokenizer(config.tokenizer.path)
+        tokenizer, fingerprint = load_tokenizer(config.tokenizer.path), None
     if config.tokenizer_dir.exists():
         shutil.rmtree(config.tokenizer_dir)
     tokenizer.save_pretrained(str(config.tokenizer_dir))
+    if fingerprint is not None:
+        (config.tokenizer_dir / TOKENIZER_FINGERPRINT_FILE).write_text(fingerprint)
     return tokenizer
+
+
+
+def _training_fingerprint(config: ShardlineConfig, texts: list[str]) -> str:
+    digest = hashlib.sha256(json.dumps(config.to_dict()["tokenizer"], sort_keys=True).encode())
+    for text in texts:
+        digest.update(hashlib.sha256(text.encode()).digest())
+    return digest.hexdigest()
 
 
 def clean_records(records: DataFrame, config: ShardlineConfig) -> DataFrame:

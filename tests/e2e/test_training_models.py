@@ -68,3 +68,6 @@ def test_run_trains_and_evaluates_gpt2_on_packed_documents(tmp_path, corpus):
     assert manifest["task"] == "causal_lm"
     assert evaluation["task"] == "causal_lm" and evaluation["tokens"] > 0
     assert math.isfinite(evaluation["perplexity"]) and evaluation["perplexity"] < manifest["vocab_size"]
+    inspected = _run([*SHARDLINE, "inspect", str(tmp_path / "dataset"), "--rows", "1"])
+    assert inspected.returncode == 0, inspected.stderr
+    assert "<doc 1> " in inspected.stdout and " label=" not in inspected.stdout
