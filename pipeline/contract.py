@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,18 @@ def write_json_atomic(path: str | Path, payload: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
+
+
+def swap_in_dir(staging_dir: Path, final_dir: Path) -> None:
+    """Put a finished staging directory at final_dir; an existing one is moved aside first, so a
+    reader sees the old directory or the new one, never a mix."""
+    if final_dir.exists():
+        retired = final_dir.parent / f".{final_dir.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(final_dir, retired)
+        os.replace(staging_dir, final_dir)
+        shutil.rmtree(retired, ignore_errors=True)
+    else:
+        os.replace(staging_dir, final_dir)
 
 
 class DatasetNotReadyError(RuntimeError):

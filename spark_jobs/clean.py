@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pipeline import contract
-from spark_jobs.read import ID_RAW, LABEL_RAW, REJECT_REASON, TEXT, with_reason
+from spark_jobs.read import ID_RAW, LABEL_RAW, TEXT, with_reason
 
 CONTENT_HASH = "content_hash"  # sha256 of the cleaned text: what exact de-duplication compares
 

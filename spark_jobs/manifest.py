@@ -5,10 +5,7 @@ moved into place in one rename: a reader sees no dataset or a whole one.
 """
 from __future__ import annotations
 
-import os
-import shutil
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -104,11 +101,4 @@ def publish(staging_dir: Path, final_dir: Path, manifest: contract.Manifest) -> 
     """Write manifest + _SUCCESS into staging, then swap it in for final_dir."""
     contract.write_json_atomic(staging_dir / contract.MANIFEST_FILE, manifest.model_dump(mode="json"))
     (staging_dir / contract.SUCCESS_FILE).write_text("")
-    if final_dir.exists():
-        # A forced rebuild: move the old dataset aside first so the swap itself is one rename.
-        retired = final_dir.parent / f".{final_dir.name}.old-{int(time.time())}-{uuid.uuid4().hex[:6]}"
-        os.replace(final_dir, retired)
-        os.replace(staging_dir, final_dir)
-        shutil.rmtree(retired, ignore_errors=True)
-    else:
-        os.replace(staging_dir, final_dir)
+    contract.swap_in_dir(staging_dir, final_dir)

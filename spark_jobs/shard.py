@@ -25,7 +25,6 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipeline import contract
 from pipeline.config import ShardConfig
 from spark_jobs.encode import SPLIT
 

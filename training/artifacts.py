@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import uuid
@@ -27,13 +26,7 @@ def staged_dir(final_dir: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    if final_dir.exists():
-        retired = final_dir.parent / f".{final_dir.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(final_dir, retired)
-        os.replace(staging, final_dir)
-        shutil.rmtree(retired, ignore_errors=True)
-    else:
-        os.replace(staging, final_dir)
+    contract.swap_in_dir(staging, final_dir)
 
 
 def write_model_sidecars(directory: Path, config: ShardlineConfig, manifest: contract.Manifest, summary: dict) -> None:
