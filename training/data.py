@@ -82,7 +82,7 @@ def plan_epoch(spec: ReaderSpec, epoch: int) -> RowGroupPlan:
     if len(sizes) < spec.world_size:
         raise ValueError(
             f"{spec.split_dir} has {len(sizes)} row groups for {spec.world_size} processes; every rank needs "
-            "at least one: rebuild it with more preprocess.num_shards or train with fewer processes"
+            "at least one: rebuild it with preprocess.shard.divisible_by a multiple of the process count, or train with fewer processes"
         )
     per_stream = num_streams(spec)
     shard_count = spec.world_size * per_stream
