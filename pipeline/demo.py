@@ -57,6 +57,7 @@ def write_jsonl(records: list[dict], path: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", default="runs/demo")
+    parser.add_argument("--config", default=str(DEMO_CONFIG), help="recipe to run on the demo corpus")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
 
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"demo: corpus {corpus} ({sum(1 for _ in open(corpus))} docstrings from {', '.join(DEMO_PACKAGES)})")
     started = time.perf_counter()
     overrides = [f"run_dir={args.run_dir}", f"data.input={corpus}", *args.overrides]
-    code = cli.main(["run", "--config", str(DEMO_CONFIG), *[a for o in overrides for a in ("--set", o)]])
+    code = cli.main(["run", "--config", args.config, *[a for o in overrides for a in ("--set", o)]])
     if code != 0:
         return code
     result = json.loads((Path(args.run_dir) / "eval.json").read_text())

@@ -12,7 +12,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from pipeline.config import TokenizerTrainConfig
+from pipeline.config import TokenizerTrainConfig, resolve_local_path
 
 TOKENIZER_JSON = "tokenizer.json"
 
@@ -58,7 +58,8 @@ def _pick(specials: list[str], *wanted: str) -> tuple[str, ...]:
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
-    """Load a tokenizer directory, a bare tokenizer.json, or (online only) a hub name."""
+    """Load a tokenizer directory, a bare tokenizer.json, a pkg:// directory, or (online only) a hub name."""
+    path = resolve_local_path(str(path))
     path_obj = Path(path)
     if path_obj.is_file():
         tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(path_obj))

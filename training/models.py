@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from pipeline import contract
-from pipeline.config import ShardlineConfig, TrainConfig
+from pipeline.config import ShardlineConfig, TrainConfig, resolve_local_path
 
 MLP_CONFIG_FILE = "shardline_mlp.json"
 MLP_WEIGHTS_FILE = "model.safetensors"
@@ -145,6 +145,7 @@ def build_model(cfg: TrainConfig, manifest: contract.Manifest) -> nn.Module:
 
 
 def _local_dir(path: str) -> str:
+    path = resolve_local_path(path)
     if not Path(path).is_dir():
         raise FileNotFoundError(f"train.pretrained {path} is not a local model directory")
     return path
