@@ -33,6 +33,9 @@ SEGMENT_IDS = "segment_ids"  # list<int32>, 1, 2, ... per document within the bl
 TASKS = ("classification", "causal_lm")
 
 SPLITS = ("train", "val", "test")
+# The config sections a dataset depends on: the Spark job's skip/refuse check and the driver's
+# preprocess marker both use this, so they cannot disagree about when a dataset is stale.
+DATASET_SECTIONS = ("data", "tokenizer", "preprocess")
 MANIFEST_FILE = "manifest.json"
 SUCCESS_FILE = "_SUCCESS"  # written after the manifest; a dataset without it is never read
 REJECTS_DIR = "rejects"

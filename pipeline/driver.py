@@ -29,9 +29,9 @@ PREPROCESS_SCRIPT = Path(__file__).resolve().parent.parent / "spark_jobs" / "pre
 STAGES = ("preprocess", "train", "evaluate")
 # The config sections each stage's output depends on (spark.* never changes results).
 STAGE_SECTIONS = {
-    "preprocess": ("data", "tokenizer", "preprocess"),
-    "train": ("data", "tokenizer", "preprocess", "train"),
-    "evaluate": ("data", "tokenizer", "preprocess", "train", "eval"),
+    "preprocess": contract.DATASET_SECTIONS,
+    "train": (*contract.DATASET_SECTIONS, "train"),
+    "evaluate": (*contract.DATASET_SECTIONS, "train", "eval"),
 }
 MARKER_DIR = "stages"
 RESOLVED_CONFIG = "config.resolved.yaml"

@@ -32,8 +32,8 @@ from spark_jobs import clean, encode, read, shard, split
 from spark_jobs.manifest import new_staging_dir, publish, token_stats, versions
 from spark_jobs.manifest import split_stats as split_stats_of
 
-# The config sections a dataset depends on: changing any other section never rebuilds it.
-DATASET_SECTIONS = ("data", "tokenizer", "preprocess")
+# Changing any config section outside these never rebuilds a dataset.
+DATASET_SECTIONS = contract.DATASET_SECTIONS
 
 
 class DatasetConflictError(RuntimeError):
