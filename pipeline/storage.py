@@ -21,6 +21,7 @@ import contextlib
 import fnmatch
 import functools
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -306,6 +307,39 @@ def open_input(uri: str):
     fs, path = filesystem(uri)
     with _errors(uri, "open"):
         return fs.open_input_file(path)
+
+
+class _NativeRaw(io.RawIOBase):
+    """pyarrow's input file as a Python raw stream, so io.BufferedReader can give it readline()."""
+
+    def __init__(self, native):
+        self._native = native
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._native.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._native.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._native.tell()
+
+    def close(self) -> None:
+        self._native.close()
+        super().close()
+
+
+def open_binary(uri: str, buffer_bytes: int = 1 << 20) -> io.BufferedReader:
+    """A buffered, seekable Python binary file (readline, gzip/bz2/csv can wrap it)."""
+    return io.BufferedReader(_NativeRaw(open_input(uri)), buffer_size=buffer_bytes)
 
 
 def open_output(uri: str):
