@@ -18,6 +18,7 @@ written last, in a single write (an object PUT is atomic).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fnmatch
 import functools
 import hashlib
@@ -66,7 +67,10 @@ def configure(options: StorageOptions) -> None:
 
 
 def current_options() -> StorageOptions:
-    return _options
+    """The options to ship to Spark tasks: the endpoint and region this process found in its
+    environment are filled in (not secret), so executors reach the same store; credentials stay
+    with each executor's own chain (its environment, profile or instance role)."""
+    return dataclasses.replace(_options, s3_endpoint=s3_endpoint(_options), s3_region=s3_region(_options))
 
 
 # --- URIs -----------------------------------------------------------------------------------------
@@ -273,7 +277,7 @@ def is_dir(uri: str) -> bool:
 
 def read_bytes(uri: str) -> bytes:
     fs, path = filesystem(uri)
-    with _errors(uri, "read"), fs.open_input_stream(path) as stream:
+    with _errors(uri, "read"), fs.open_input_stream(path, compression=None) as stream:
         return stream.read()
 
 
@@ -294,7 +298,7 @@ def write_bytes(uri: str, data: bytes) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
         return
-    with _errors(uri, "write"), fs.open_output_stream(path) as stream:
+    with _errors(uri, "write"), fs.open_output_stream(path, compression=None) as stream:
         stream.write(data)
 
 
@@ -348,7 +352,7 @@ def open_output(uri: str):
     if is_local(uri):
         os.makedirs(os.path.dirname(path), exist_ok=True)
     with _errors(uri, "write"):
-        return fs.open_output_stream(path)
+        return fs.open_output_stream(path, compression=None)
 
 
 def makedirs(uri: str) -> None:
@@ -471,15 +475,22 @@ def local_dir_for(uri: str) -> Iterator[str]:
         yield download_dir(uri, os.path.join(tmp, basename(uri) or "dir"))
 
 
+COMMIT_FILE = "_SUCCESS"
+
+
 @contextlib.contextmanager
 def staged_local_dir(uri: str) -> Iterator[str]:
-    """A local directory to fill; on success its files are put at uri (local: one rename)."""
+    """A local directory to fill; on success it becomes uri, committed by uri/_SUCCESS written last
+    (local: the directory is renamed into place whole; a store: the old commit file is deleted
+    first, the old files next, then the new files are uploaded and the commit file written)."""
     if is_local(uri):
         final = normalize(uri)
         os.makedirs(os.path.dirname(final), exist_ok=True)
         staging = tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.tmp-", dir=os.path.dirname(final))
         try:
             yield staging
+            with open(os.path.join(staging, COMMIT_FILE), "wb"):
+                pass
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -487,8 +498,15 @@ def staged_local_dir(uri: str) -> Iterator[str]:
         return
     with tempfile.TemporaryDirectory(prefix="shardline-") as tmp:
         yield tmp
+        delete(join(uri, COMMIT_FILE))
         delete_tree(uri)
         upload_dir(tmp, uri)
+        write_bytes(join(uri, COMMIT_FILE), b"")
+
+
+def is_committed(uri: str) -> bool:
+    """A directory written by staged_local_dir (or a published dataset) is complete."""
+    return info(join(uri, COMMIT_FILE)) is not None
 
 
 def _swap_in_local_dir(staging: str, final: str) -> None:

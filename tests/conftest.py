@@ -20,7 +20,8 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(s3_server):
+    # After s3_server: the JVM and its Python workers inherit the AWS_* variables that point at it.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Python workers import spark_jobs from this checkout, not from wherever it is installed.

@@ -16,6 +16,16 @@ def root(request, tmp_path):
     return request.getfixturevalue("s3_bucket") + "/root"
 
 
+def test_bytes_are_stored_as_given_whatever_the_extension(root):
+    import gzip
+
+    data = gzip.compress(b"already compressed")
+    storage.write_bytes(storage.join(root, "x.jsonl.gz"), data)  # pyarrow would gzip it again by its name
+    assert storage.read_bytes(storage.join(root, "x.jsonl.gz")) == data
+    with storage.open_binary(storage.join(root, "x.jsonl.gz")) as handle:
+        assert handle.read() == data
+
+
 def test_write_read_list_glob_delete(root):
     storage.write_text(storage.join(root, "a.txt"), "alpha")
     storage.write_bytes(storage.join(root, "sub", "b.jsonl"), b"{}\n")
