@@ -170,9 +170,10 @@ def write_shards(laid_out: DataFrame, plans: dict[str, SplitPlan], columns: list
 
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         storage.configure(options)
-        table = pa.Table.from_batches(list(batches))
-        if not table.num_rows:
+        batches = [b for b in batches if b.num_rows]
+        if not batches:  # hash partitioning can leave a partition without a file
             return
+        table = pa.Table.from_batches(batches)
         keys = list(zip(table.column(SPLIT).to_pylist(), table.column(FILE).to_pylist()))
         groups = table.column(GROUP).to_numpy()
         written = []
