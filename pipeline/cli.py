@@ -10,10 +10,11 @@ from typing import Any
 
 from pipeline import contract
 from pipeline.config import ConfigError, ShardlineConfig, load_config
+from pipeline.storage import StorageError
 
 # Errors a user can fix from the message alone: printed as one line, no traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    ConfigError, FileNotFoundError, contract.DatasetNotReadyError, ValueError,
+    ConfigError, FileNotFoundError, contract.DatasetNotReadyError, ValueError, StorageError,
 )
 
 

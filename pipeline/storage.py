@@ -224,7 +224,10 @@ def _errors(uri: str, action: str) -> Iterator[None]:
         if is_local(uri):
             raise
         detail = " ".join(str(error).split())
-        raise StorageError(f"cannot {action} {uri} on {describe(uri)}: {detail}") from None
+        hint = ""
+        if "ACCESS_DENIED" in detail or "AccessDenied" in detail or "403" in detail:
+            hint = "; check those credentials and the bucket's permissions"
+        raise StorageError(f"cannot {action} {uri} on {describe(uri)}: {detail}{hint}") from None
 
 
 def check_reachable(uri: str) -> None:
