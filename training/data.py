@@ -17,6 +17,7 @@ is refused with an error naming the file.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import queue
 import random
@@ -158,8 +159,9 @@ def iter_batches(spec: ReaderSpec, epoch: int = 0, start_batch: int = 0) -> Iter
 
 
 class RowGroupReads:
-    """The given row groups, read through the spec's backend by `num_workers` threads a few ahead
-    and handed out in order, each checked against the manifest."""
+    """The given row groups (global indexes), read through the spec's backend by `num_workers`
+    threads, up to 2 x num_workers ahead, handed out in order by next(), each checked against the
+    manifest."""
 
     def __init__(self, spec: ReaderSpec, indexes: Sequence[int]):
         self._spec = spec
@@ -261,9 +263,10 @@ class BackgroundBatches:
 
     def _produce(self, spec: ReaderSpec, epoch: int, start_batch: int) -> None:
         try:
-            for batch in iter_batches(spec, epoch, start_batch):
-                if not self._put(batch):
-                    return
+            with contextlib.closing(iter_batches(spec, epoch, start_batch)) as batches:  # closing stops the reads
+                for batch in batches:
+                    if not self._put(batch):
+                        return
             self._put(self._DONE)
         except BaseException as error:  # handed to the consumer, which re-raises it
             self._put(error)

@@ -25,10 +25,11 @@ def _manifest(task: str, max_length: int, vocab_size: int, label_map: dict, spli
 
 def parquet_bytes(tables: list[pa.Table]) -> bytes:
     """One Parquet file, one row group per table."""
+    schema = next((t.schema for t in tables if t.num_rows), tables[0].schema)  # an empty table's ids are null-typed
     sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, tables[0].schema) as writer:
+    with pq.ParquetWriter(sink, schema) as writer:
         for table in tables:
-            writer.write_table(table)
+            writer.write_table(table.cast(schema))
     return sink.getvalue().to_pybytes()
 
 
