@@ -19,7 +19,7 @@ class PyArrowSource:
 
     def read(self, file: SourceFile, row_group: int, columns: Sequence[str]) -> dict[str, np.ndarray]:
         with storage.open_input(file.uri) as handle:
-            parquet = pq.ParquetFile(handle, metadata=self._footers.get(file.uri))
+            parquet = pq.ParquetFile(handle, metadata=self._footers.get(file.uri), pre_buffer=True)
             with self._lock:
                 self._footers.setdefault(file.uri, parquet.metadata)
             if row_group >= parquet.num_row_groups:
