@@ -148,6 +148,10 @@ class EvalConfig(_Strict):
     batch_size: int = Field(64, ge=1)
 
 
+class ReaderConfig(_Strict):
+    backend: Literal["petastorm", "pyarrow"] = "petastorm"  # what reads row groups; pyarrow needs no petastorm/pyspark
+
+
 class S3StorageConfig(_Strict):
     endpoint: str | None = None  # e.g. http://minio:9000; else AWS_ENDPOINT_URL(_S3), else AWS itself
     region: str | None = None  # else AWS_REGION / AWS_DEFAULT_REGION
@@ -182,6 +186,7 @@ class ShardlineConfig(_Strict):
     spark: SparkConfig = Field(default_factory=SparkConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    reader: ReaderConfig = Field(default_factory=ReaderConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
 
     # Locations every stage agrees on: URI strings joined through the storage layer, derived and

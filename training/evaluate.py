@@ -25,7 +25,7 @@ def run_evaluation(config: ShardlineConfig) -> dict:
     device = pick_device(config.train.device)
     model = load_model(config.model_dir).to(device)
     spec = split_spec(config.dataset_dir, manifest, split, batch_size=config.eval.batch_size,
-                      columns=TASK_COLUMNS[manifest.task], shuffle=False)
+                      columns=TASK_COLUMNS[manifest.task], shuffle=False, backend=config.reader.backend)
     result = evaluate(model, spec, device, manifest.task, resolve_precision(config.train.precision, device))
     payload = {"split": split, "task": manifest.task, **result}
     contract.write_json_atomic(Path(config.run_dir) / "eval.json", payload)
