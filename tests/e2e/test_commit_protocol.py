@@ -116,6 +116,7 @@ def test_a_task_attempt_that_fails_after_its_write_leaves_no_duplicate_or_orphan
 def test_sigkill_mid_write_publishes_nothing_and_a_rerun_cleans_up(corpus_and_tokenizer, reference, tmp_path):
     _, corpus, tokenizer = corpus_and_tokenizer
     config = _config("s3://shardline-commit/runs/killed", corpus, tokenizer)
+    save_config(config, str(tmp_path / "killed.yaml"))
     process = _submit(config, tmp_path, fault="slow-writes", wait=False)
     log = tmp_path / "faults.log"
     deadline = time.monotonic() + 300
@@ -131,6 +132,11 @@ def test_sigkill_mid_write_publishes_nothing_and_a_rerun_cleans_up(corpus_and_to
     assert storage.info(storage.join(config.dataset_dir, contract.MANIFEST_FILE)) is None
     with pytest.raises(contract.DatasetNotReadyError, match="did not finish"):
         contract.load_manifest(config.dataset_dir)
+    trainer = subprocess.run([sys.executable, "-m", "training.train", "--config", str(tmp_path / "killed.yaml")],
+                             cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                             capture_output=True, text=True, timeout=300)
+    assert trainer.returncode == 2, trainer.stderr[-3000:]
+    assert f"{config.dataset_dir} has no _SUCCESS" in trainer.stderr and "Traceback" not in trainer.stderr
 
     _submit(config, tmp_path)
     assert _rows(config) == reference
