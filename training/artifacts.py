@@ -1,42 +1,29 @@
-"""What a model directory holds besides the weights, and writing it atomically."""
+"""What a model directory holds besides the weights."""
 from __future__ import annotations
 
-import contextlib
-import json
-import shutil
+import os
 import subprocess
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
-from pipeline import contract
+from pipeline import contract, storage
 from pipeline.config import ShardlineConfig
 
 LABEL_MAP_FILE = "label_map.json"
 LINEAGE_FILE = "lineage.json"
 
 
-@contextlib.contextmanager
-def staged_dir(final_dir: Path) -> Iterator[Path]:
-    """Yield a fresh temporary directory that replaces final_dir in one rename on success."""
-    staging = final_dir.parent / f".{final_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
-    staging.mkdir(parents=True)
-    try:
-        yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    contract.swap_in_dir(staging, final_dir)
-
-
-def write_model_sidecars(directory: Path, config: ShardlineConfig, manifest: contract.Manifest, summary: dict) -> None:
-    """Tokenizer, label map and lineage beside the weights: the directory is usable on its own."""
-    for item in config.tokenizer_dir.iterdir():
-        shutil.copy2(item, directory / item.name)
-    (directory / LABEL_MAP_FILE).write_text(json.dumps(manifest.label_map, indent=2, sort_keys=True))
+def write_model_sidecars(directory: str, config: ShardlineConfig, manifest: contract.Manifest, summary: dict) -> None:
+    """Tokenizer, label map and lineage beside the weights in a local staging directory: the
+    model directory is usable on its own, wherever it is put."""
+    for entry in storage.list_files(config.tokenizer_dir):
+        target = os.path.join(directory, *storage.relative(entry.uri, config.tokenizer_dir).split("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as handle:
+            handle.write(storage.read_bytes(entry.uri))
+    contract.write_json_atomic(os.path.join(directory, LABEL_MAP_FILE), manifest.label_map)
     lineage = {
-        "dataset_dir": str(config.dataset_dir.resolve()),
-        "dataset_manifest_sha256": contract.file_sha256(config.dataset_dir / contract.MANIFEST_FILE),
+        "dataset_dir": storage.normalize(config.dataset_dir),
+        "dataset_fingerprint": manifest.dataset_fingerprint,
+        "dataset_manifest_sha256": contract.file_sha256(storage.join(config.dataset_dir, contract.MANIFEST_FILE)),
         "tokenizer_sha256": manifest.tokenizer_sha256,
         "schema_version": manifest.schema_version,
         "steps": summary["steps"],
@@ -46,13 +33,14 @@ def write_model_sidecars(directory: Path, config: ShardlineConfig, manifest: con
         "code_version": _code_version(),
         "config": config.to_dict(),
     }
-    contract.write_json_atomic(directory / LINEAGE_FILE, lineage)
+    contract.write_json_atomic(os.path.join(directory, LINEAGE_FILE), lineage)
 
 
 def _code_version() -> str:
     try:
         return subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, check=True, timeout=5
+            ["git", "rev-parse", "HEAD"], cwd=os.path.dirname(os.path.abspath(__file__)), capture_output=True,
+            text=True, check=True, timeout=5,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         from importlib.metadata import PackageNotFoundError, version

@@ -7,7 +7,6 @@ Classification: loss, accuracy, macro-F1. Causal LM: loss and perplexity per pre
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from pipeline import contract
 from pipeline.config import ShardlineConfig
@@ -28,7 +27,7 @@ def run_evaluation(config: ShardlineConfig) -> dict:
                       columns=TASK_COLUMNS[manifest.task], shuffle=False, backend=config.reader.backend)
     result = evaluate(model, spec, device, manifest.task, resolve_precision(config.train.precision, device))
     payload = {"split": split, "task": manifest.task, **result}
-    contract.write_json_atomic(Path(config.run_dir) / "eval.json", payload)
+    contract.write_json_atomic(config.run_path("eval.json"), payload)
     shown = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float))
     print(f"evaluate: {split}: {shown} on {result['examples']} examples")
     return payload

@@ -12,10 +12,8 @@ import json
 import math
 import os
 import random
-import signal
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,19 +21,21 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from pipeline import contract
+from pipeline import contract, storage
 from pipeline.config import ShardlineConfig, TrainConfig
 from training import checkpoint
 from training.data import TASK_COLUMNS, BackgroundBatches, Batch, ReaderSpec, iter_batches, plan_epoch, split_spec
 from training.distributed import Processes, barrier, gather
-from training.metrics import MetricsLog, format_stall_report, stall_report
+from training.metrics import (METRICS_FILE, MetricsLog, copy_to_run_dir, describe_locations, drop_records_after,
+                              fetch_if_missing, format_stall_report, stall_report)
 from training.models import causal_targets
 
 # Config keys that may change between a checkpoint and its resumption without changing the result.
 RESUMABLE_CHANGES = {"epochs", "max_steps", "log_every", "eval_every", "checkpoint_every", "num_checkpoints_kept",
                      "resume", "num_reader_workers", "record_sample_ids", "device", "nproc", "compile"}
-# Fault injection for the kill-and-resume test: SIGKILL this process right after that step.
-KILL_AT_STEP_ENV = "SHARDLINE_TEST_SIGKILL_AT_STEP"
+# Beside a fingerprint's checkpoints: what they were trained with, so another config can say what differs.
+IDENTITY_FILE = "identity.json"
+SAMPLES_DIR = "samples"
 
 
 def resolve_precision(requested: str, device: torch.device) -> torch.dtype | None:
@@ -172,16 +172,41 @@ class RunState:
     batch: int = 0
 
 
-def run_fingerprint(config: ShardlineConfig, world_size: int) -> str:
-    """What a checkpoint must have been trained with to be resumed by this config."""
+def run_identity(config: ShardlineConfig, manifest: contract.Manifest, world_size: int) -> dict[str, Any]:
+    """What a checkpoint must have been trained with to be resumed by this config: the train keys
+    that change the result, the dataset's identity and the process count."""
     train = {k: v for k, v in config.to_dict()["train"].items() if k not in RESUMABLE_CHANGES}
-    payload = {"train": train, "manifest": contract.file_sha256(config.dataset_dir / contract.MANIFEST_FILE),
-               "world_size": world_size}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    # The dataset's own fingerprint, not the manifest file's hash: a --force rebuild of the same
+    # content rewrites the manifest (timings) but is the same dataset, so its checkpoints still resume.
+    dataset = manifest.dataset_fingerprint or contract.file_sha256(storage.join(config.dataset_dir, contract.MANIFEST_FILE))
+    return {"train": train, "dataset": dataset, "world_size": world_size}
+
+
+def run_fingerprint(identity: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def identity_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What makes one run identity another, in words: ["train.lr 0.001 -> 0.002", ...]."""
+    found = [f"train.{key} {old['train'].get(key)!r} -> {new['train'].get(key)!r}"
+             for key in sorted(set(old.get("train", {})) | set(new["train"]))
+             if old.get("train", {}).get(key) != new["train"].get(key)]
+    if old.get("dataset") != new["dataset"]:
+        found.append("the dataset (another dataset_fingerprint)")
+    if old.get("world_size") != new["world_size"]:
+        found.append(f"process count {old.get('world_size')} -> {new['world_size']}")
+    return found
 
 
 def _rng_state() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Every generator's state as tensors and plain lists, so checkpoints load with weights_only."""
+    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": [str(name), keys.tolist(), int(position), int(has_gauss), float(cached_gaussian)],
+        "python": [version, list(internal), gauss_next],
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -189,8 +214,10 @@ def _rng_state() -> dict[str, Any]:
 
 def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    name, keys, position, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached_gaussian))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -209,7 +236,8 @@ class Trainer:
     def __init__(self, model: nn.Module, config: ShardlineConfig, manifest: contract.Manifest, processes: Processes):
         cfg = self.cfg = config.train
         self.config, self.manifest, self.processes, self.model = config, manifest, processes, model
-        self.run_dir, self.task, self.device = Path(config.run_dir), manifest.task, processes.device
+        self.run_dir, self.task, self.device = config.run_dir, manifest.task, processes.device
+        self.local_dir = config.local_dir  # appended files (metrics, samples, TensorBoard) live here
         self.autocast_dtype = resolve_precision(cfg.precision, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
         columns = TASK_COLUMNS[self.task] + ((contract.ID_COLUMN,) if cfg.record_sample_ids else ())
@@ -225,10 +253,14 @@ class Trainer:
         self.optimizer = build_optimizer(model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg, self.total_steps)
         self.state = RunState()
-        self.fingerprint = run_fingerprint(config, processes.world_size)
-        # One folder per fingerprint: a run with another train config or dataset starts fresh
-        # beside the old checkpoints instead of resuming from (or refusing on) them.
-        self.checkpoint_dir = self.run_dir / checkpoint.CHECKPOINT_DIR / self.fingerprint[:16]
+        self.identity = run_identity(config, manifest, processes.world_size)
+        self.fingerprint = run_fingerprint(self.identity)
+        # One folder per fingerprint: a run with another train config, dataset or process count
+        # starts fresh beside the old checkpoints (saying what differs), which stay resumable by
+        # their own config. That is what lets `shardline run` retrain after a train key changed.
+        self.checkpoints_root = storage.join(self.run_dir, checkpoint.CHECKPOINT_DIR)
+        self.checkpoint_dir = storage.join(self.checkpoints_root, self.fingerprint[:16])
+        self._identity_written = False
         wrapped = model
         if processes.world_size > 1:
             from torch.nn.parallel import DistributedDataParallel
@@ -241,8 +273,13 @@ class Trainer:
 
     # -- checkpoints ------------------------------------------------------------------------------
     def save_checkpoint(self) -> None:
+        # Logs first: a resumed run drops their records past its checkpoint, never misses earlier ones.
+        self._copy_logs_to_run_dir()
         rng = gather(_rng_state(), self.processes)  # collective: every rank calls it
         if self.processes.is_main:
+            if not self._identity_written:
+                contract.write_json_atomic(storage.join(self.checkpoint_dir, IDENTITY_FILE), self.identity)
+                self._identity_written = True
             state = {
                 "fingerprint": self.fingerprint, "run_state": asdict(self.state), "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
@@ -252,15 +289,27 @@ class Trainer:
         barrier(self.processes)
 
     def resume(self) -> None:
-        found = checkpoint.latest_valid(self.checkpoint_dir) if self.processes.is_main else None
-        chosen = gather(str(found[0]) if found else None, self.processes)[0]  # every rank resumes rank 0's pick
-        if chosen is None:
+        """train.resume auto: continue from this config's newest valid checkpoint, if any;
+        never: delete this config's checkpoints and start from step 0."""
+        if self.cfg.resume == "never":
+            if self.processes.is_main:
+                deleted = checkpoint.delete_all(self.checkpoint_dir)
+                if deleted:
+                    print(f"train: train.resume=never: deleted {deleted} checkpoint(s) in {self.checkpoint_dir}; "
+                          "starting from step 0", flush=True)
+            barrier(self.processes)
             return
-        state = found[1] if found else checkpoint.load_verified(Path(chosen))
+        found = checkpoint.latest_valid(self.checkpoint_dir) if self.processes.is_main else None
+        chosen = gather(found[0] if found else None, self.processes)[0]  # every rank resumes rank 0's pick
+        if chosen is None:
+            if self.processes.is_main:
+                self._report_other_checkpoints()
+            return
+        state = found[1] if found else checkpoint.load_verified(chosen)
         if state["fingerprint"] != self.fingerprint:
             raise ValueError(
-                f"checkpoint {chosen} was written by a run with a different train config, dataset or process count; "
-                "use a new run_dir or set train.resume=never to start over"
+                f"checkpoint {chosen} was written by a run with a different train config, dataset or process count "
+                f"than its folder says; delete {self.checkpoint_dir} or set train.resume=never to start over"
             )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -273,14 +322,42 @@ class Trainer:
             print(f"train: resumed from {chosen} (step {self.state.step}, epoch {self.state.epoch}, "
                   f"batch {self.state.batch})", flush=True)
 
+    def _report_other_checkpoints(self) -> None:
+        """Starting fresh beside checkpoints of another config: say which, and what differs."""
+        for entry in storage.list_files(self.checkpoints_root):
+            folder = storage.parent(entry.uri)
+            if storage.basename(entry.uri) != IDENTITY_FILE or folder == storage.normalize(self.checkpoint_dir):
+                continue
+            if not checkpoint.candidates(folder):
+                continue
+            try:
+                differences = identity_differences(json.loads(storage.read_text(entry.uri)), self.identity)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                differences = ["an unreadable identity.json"]
+            print(f"train: starting fresh: the checkpoints in {folder} are from another setup "
+                  f"({'; '.join(differences) or 'unknown'}; theirs -> this run's); they are kept, and resume "
+                  "when that setup runs again", flush=True)
+
+    # -- logs on local disk, copied to an object-store run_dir ------------------------------------
+    def _samples_name(self) -> str:
+        return f"{SAMPLES_DIR}/rank-{self.processes.rank}.jsonl"
+
+    def _copy_logs_to_run_dir(self) -> None:
+        names = [self._samples_name()] if self.cfg.record_sample_ids else []
+        if self.processes.is_main:
+            names.append(METRICS_FILE)
+        copy_to_run_dir(self.local_dir, self.run_dir, names)
+
     # -- the loop ---------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
         cfg = self.cfg
-        if cfg.resume == "auto":
-            self.resume()
-        metrics = MetricsLog(self.run_dir, self.total_steps, self.state.step, self.processes.is_main)
+        self.resume()
+        if self.processes.is_main:
+            where = describe_locations(self.local_dir, self.run_dir, cfg.record_sample_ids)
+            if where:
+                print(where, flush=True)
+        metrics = MetricsLog(self.local_dir, self.run_dir, self.total_steps, self.state.step, self.processes.is_main)
         samples = self._open_samples_log()
-        kill_at = int(os.environ.get(KILL_AT_STEP_ENV, "0"))
         window = {"start": time.perf_counter(), "samples": 0, "tokens": 0, "wait": 0.0}
         try:
             while self.state.step < self.total_steps:
@@ -307,8 +384,6 @@ class Trainer:
                         window["samples"] += sum(b[contract.INPUT_IDS].shape[0] for b in host_batches)
                         window["tokens"] += sum(int(b[contract.ATTENTION_MASK].sum()) for b in host_batches)
                         self._after_step(result, metrics, window, stream, epoch_ended)
-                        if kill_at == self.state.step:
-                            os.kill(os.getpid(), signal.SIGKILL)
                 finally:
                     self.loop_seconds += time.perf_counter() - started
                     self.wait_seconds += stream.wait_seconds
@@ -360,10 +435,11 @@ class Trainer:
         return evaluate(self.model, spec, self.device, self.task, self.autocast_dtype)
 
     def _open_samples_log(self):
+        """samples/rank-N.jsonl on local disk (appended), trimmed to the resumed step."""
         if not self.cfg.record_sample_ids:
             return None
-        path = self.run_dir / "samples" / f"rank-{self.processes.rank}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= self.state.step] if path.exists() else []
-        path.write_text("".join(line + "\n" for line in kept))
+        name = self._samples_name()
+        fetch_if_missing(self.run_dir, self.local_dir, name)
+        path = os.path.join(self.local_dir, *name.split("/"))
+        drop_records_after(path, self.state.step)
         return open(path, "a", encoding="utf-8")

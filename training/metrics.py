@@ -1,29 +1,38 @@
 """What a run reports: metrics.jsonl, TensorBoard events, a tqdm bar, plots/loss.png and the
-input-stall report. Only the main process writes; the others get a logger that does nothing."""
+input-stall report. Only the main process writes; the others get a logger that does nothing.
+
+Object stores cannot append, so these files are written on local disk (`config.local_dir`, which is
+run_dir itself when run_dir is local) and, for a remote run_dir, copied there whole at each
+checkpoint and at the end (`copy_to_run_dir`); TensorBoard events stay on local disk."""
 from __future__ import annotations
 
 import json
+import os
 import sys
-from pathlib import Path
 from typing import Any
 
+from pipeline import storage
+
 METRICS_FILE = "metrics.jsonl"
+PLOT_FILE = "plots/loss.png"
+TENSORBOARD_DIR = "tensorboard"
 INPUT_BOUND_FRACTION = 0.05  # waiting on the reader more than this share of the loop: input-bound
 
 
 class MetricsLog:
-    def __init__(self, run_dir: Path, total_steps: int, initial_step: int, enabled: bool):
+    def __init__(self, local_dir: str, run_dir: str, total_steps: int, initial_step: int, enabled: bool):
         self.enabled = enabled
-        self.path = run_dir / METRICS_FILE
+        self.path = os.path.join(local_dir, METRICS_FILE)
         self._file = self._writer = self._bar = None
         if not enabled:
             return
         from torch.utils.tensorboard import SummaryWriter
         from tqdm import tqdm
 
-        _drop_records_after(self.path, initial_step)  # a resumed run rewrites what came after its checkpoint
+        fetch_if_missing(run_dir, local_dir, METRICS_FILE)  # resuming on a machine that did not start the run
+        drop_records_after(self.path, initial_step)  # a resumed run rewrites what came after its checkpoint
         self._file = open(self.path, "a", encoding="utf-8")
-        self._writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=initial_step + 1)
+        self._writer = SummaryWriter(os.path.join(local_dir, TENSORBOARD_DIR), purge_step=initial_step + 1)
         self._bar = tqdm(total=total_steps, initial=initial_step, unit="step", disable=not sys.stderr.isatty())
 
     def log(self, record: dict[str, Any], console: str | None = None) -> None:
@@ -48,18 +57,65 @@ class MetricsLog:
             self._file.close()
 
 
-def _drop_records_after(path: Path, step: int) -> None:
-    if not path.exists():
+def drop_records_after(path: str, step: int) -> None:
+    """Keep the JSON lines of a local log up to step (creating it empty when absent)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    kept = [line for line in _read_lines(path) if json.loads(line)["step"] <= step]
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in kept))
+
+
+def _read_lines(path: str) -> list[str]:
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as handle:
+        return [line for line in handle.read().splitlines() if line]
+
+
+def read_records(uri: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in storage.read_text(uri).splitlines() if line]
+
+
+def keeps_copies(local_dir: str, run_dir: str) -> bool:
+    """Whether the local files are elsewhere than run_dir and so get copied there."""
+    return storage.normalize(local_dir) != storage.normalize(run_dir)
+
+
+def copy_to_run_dir(local_dir: str, run_dir: str, names: list[str]) -> None:
+    """Put these local files ('/'-separated names below local_dir) at the same names in run_dir,
+    each as one whole write (an object store cannot append)."""
+    if not keeps_copies(local_dir, run_dir):
         return
-    kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-    path.write_text("".join(line + "\n" for line in kept))
+    for name in names:
+        path = os.path.join(local_dir, *name.split("/"))
+        if os.path.exists(path):
+            with open(path, "rb") as handle:
+                storage.write_bytes(storage.join(run_dir, name), handle.read())
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
+def fetch_if_missing(run_dir: str, local_dir: str, name: str) -> None:
+    """A run resumed on another machine has no local copy yet: start from run_dir's."""
+    path = os.path.join(local_dir, *name.split("/"))
+    if not keeps_copies(local_dir, run_dir) or os.path.exists(path):
+        return
+    remote = storage.join(run_dir, name)
+    if storage.info(remote) is not None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(storage.read_bytes(remote))
 
 
-def plot_losses(metrics_path: Path, out_path: Path) -> None:
+def describe_locations(local_dir: str, run_dir: str, samples: bool) -> str | None:
+    """One line saying where the logs go, when that is not simply run_dir."""
+    if not keeps_copies(local_dir, run_dir):
+        return None
+    copied = f"{METRICS_FILE}{', samples/' if samples else ''} and {PLOT_FILE}"
+    return (f"train: logs are written under {local_dir} (an object store cannot append); {copied} are copied to "
+            f"{run_dir} at each checkpoint and at the end; TensorBoard events stay in "
+            f"{os.path.join(local_dir, TENSORBOARD_DIR)}")
+
+
+def plot_losses(metrics_path: str, out_path: str) -> None:
     """Train and val loss against step, from metrics.jsonl."""
     import matplotlib
 
@@ -69,7 +125,7 @@ def plot_losses(metrics_path: Path, out_path: Path) -> None:
     records = read_records(metrics_path)
     train = [(r["step"], r["loss"]) for r in records if "loss" in r]
     val = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
-    out_path.parent.mkdir(parents=True, exist_ok=True)
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
     figure, axes = plt.subplots(figsize=(7, 4))
     for points, label, style in ((train, "train loss", "-"), (val, "val loss", "o-")):
         if points:

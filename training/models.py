@@ -5,12 +5,12 @@ knows about devices, precision or data parallelism."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
 
 import torch
 from torch import nn
 
-from pipeline import contract
+from pipeline import contract, storage
 from pipeline.config import ShardlineConfig, TrainConfig, resolve_local_path
 
 MLP_CONFIG_FILE = "shardline_mlp.json"
@@ -43,12 +43,15 @@ class MeanEmbeddingClassifier(nn.Module):
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embedding
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: str) -> None:
+        """Into a local directory (train.py stages it, then puts it at model_dir)."""
         from safetensors.torch import save_file
 
-        directory.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(directory / MLP_WEIGHTS_FILE))
-        (directory / MLP_CONFIG_FILE).write_text(json.dumps({"model": "mlp", **self.hparams}, indent=2))
+        os.makedirs(directory, exist_ok=True)
+        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()},
+                  os.path.join(directory, MLP_WEIGHTS_FILE))
+        with open(os.path.join(directory, MLP_CONFIG_FILE), "w", encoding="utf-8") as handle:
+            handle.write(json.dumps({"model": "mlp", **self.hparams}, indent=2))
 
 
 class HFSequenceClassifier(nn.Module):
@@ -66,7 +69,7 @@ class HFSequenceClassifier(nn.Module):
     def get_input_embeddings(self) -> nn.Embedding:
         return self.hf_model.get_input_embeddings()
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: str) -> None:
         self.hf_model.save_pretrained(str(directory))
 
 
@@ -97,7 +100,7 @@ class PackedCausalLM(nn.Module):
     def get_input_embeddings(self) -> nn.Embedding:
         return self.hf_model.get_input_embeddings()
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: str) -> None:
         self.hf_model.save_pretrained(str(directory))
 
 
@@ -146,7 +149,7 @@ def build_model(cfg: TrainConfig, manifest: contract.Manifest) -> nn.Module:
 
 def _local_dir(path: str) -> str:
     path = resolve_local_path(path)
-    if not Path(path).is_dir():
+    if not os.path.isdir(path):
         raise FileNotFoundError(f"train.pretrained {path} is not a local model directory")
     return path
 
@@ -181,21 +184,28 @@ def check_dataset_matches(model: nn.Module, manifest: contract.Manifest, config:
         raise ValueError(problems[0] + (f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""))
 
 
-def load_model(directory: str | Path) -> nn.Module:
-    directory = Path(directory)
-    if (directory / MLP_CONFIG_FILE).exists():
+def load_model(uri: str) -> nn.Module:
+    """A model directory as train wrote it, from local disk or any storage URI (copied locally first)."""
+    with storage.local_dir_for(str(uri)) as directory:
+        return _load_local_model(directory)
+
+
+def _load_local_model(directory: str) -> nn.Module:
+    if os.path.exists(os.path.join(directory, MLP_CONFIG_FILE)):
         from safetensors.torch import load_file
 
-        hparams = json.loads((directory / MLP_CONFIG_FILE).read_text())
+        with open(os.path.join(directory, MLP_CONFIG_FILE), encoding="utf-8") as handle:
+            hparams = json.load(handle)
         hparams.pop("model")
         model = MeanEmbeddingClassifier(**hparams)
-        model.load_state_dict(load_file(str(directory / MLP_WEIGHTS_FILE)))
+        model.load_state_dict(load_file(os.path.join(directory, MLP_WEIGHTS_FILE)))
         return model
-    config = json.loads((directory / "config.json").read_text())
+    with open(os.path.join(directory, "config.json"), encoding="utf-8") as handle:
+        config = json.load(handle)
     if config.get("model_type") == "gpt2":
         from transformers import GPT2LMHeadModel
 
-        return PackedCausalLM(GPT2LMHeadModel.from_pretrained(str(directory), attn_implementation="sdpa"))
+        return PackedCausalLM(GPT2LMHeadModel.from_pretrained(directory, attn_implementation="sdpa"))
     from transformers import AutoModelForSequenceClassification
 
-    return HFSequenceClassifier(AutoModelForSequenceClassification.from_pretrained(str(directory)))
+    return HFSequenceClassifier(AutoModelForSequenceClassification.from_pretrained(directory))

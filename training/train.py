@@ -3,25 +3,27 @@
     python -m training.train --config configs/demo.yaml [--set key=value ...]
     torchrun --nproc_per_node N -m training.train --config configs/demo.yaml
 
-Reads run_dir/dataset (through Petastorm); writes run_dir/model/, metrics.jsonl, tensorboard/,
-plots/loss.png and checkpoints/ (a killed run started again resumes from the newest valid one).
+Reads run_dir/dataset; writes run_dir/model/, checkpoints/ (a killed run started again resumes
+from the newest valid one), metrics.jsonl and plots/loss.png; TensorBoard events go to
+config.local_dir/tensorboard/ (run_dir itself when it is local). run_dir may be any storage URI.
 """
 from __future__ import annotations
 
+import os
 import sys
-from pathlib import Path
 
 import torch
 
-from pipeline import contract
+from pipeline import contract, storage
 from pipeline.config import ShardlineConfig, save_config
 from training import artifacts, distributed
 from training.loop import Trainer
-from training.metrics import METRICS_FILE, plot_losses
+from training.metrics import METRICS_FILE, PLOT_FILE, copy_to_run_dir, plot_losses
 from training.models import build_model, check_dataset_matches
 
 
-def train(config: ShardlineConfig) -> Path:
+def train(config: ShardlineConfig) -> str:
+    storage.check_reachable(config.run_dir)  # a missing bucket must not read as a missing dataset
     processes = distributed.init(config.train.device)
     try:
         manifest = contract.load_manifest(config.dataset_dir)
@@ -34,12 +36,13 @@ def train(config: ShardlineConfig) -> Path:
                   f"{trainer.total_steps} steps of {trainer.batches_per_epoch} batches/epoch per process", flush=True)
         summary = trainer.fit()
         if processes.is_main:
-            run_dir = Path(config.run_dir)
-            with artifacts.staged_dir(config.model_dir) as staging:
+            with storage.staged_local_dir(config.model_dir) as staging:
                 model.to("cpu").save(staging)
                 artifacts.write_model_sidecars(staging, config, manifest, summary)
-            plot_losses(run_dir / METRICS_FILE, run_dir / "plots" / "loss.png")
-            save_config(config, run_dir / "config.resolved.yaml")
+            local = config.local_dir
+            plot_losses(os.path.join(local, METRICS_FILE), os.path.join(local, *PLOT_FILE.split("/")))
+            copy_to_run_dir(local, config.run_dir, [METRICS_FILE, PLOT_FILE])
+            save_config(config, config.run_path("config.resolved.yaml"))
             print(f"train: {summary['steps']} steps, final loss {summary['final_loss']:.4f}; "
                   f"model saved to {config.model_dir}", flush=True)
         return config.model_dir

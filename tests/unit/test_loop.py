@@ -105,3 +105,22 @@ def test_fp16_step_goes_through_the_grad_scaler():
     result = train_step(model, [_batch(4, seed=5)], optimizer, scheduler, scaler, "classification", torch.float16, None, 1)
     assert math.isfinite(result.loss) and scaler.get_scale() == 2.0 ** 8  # finite grads: the scale is kept
     assert any(not torch.equal(p, b) for p, b in zip(model.parameters(), before))  # and the step was taken
+
+
+def test_rng_states_survive_a_weights_only_checkpoint():
+    import io
+    import random
+
+    import numpy as np
+
+    from training.loop import _rng_state, _set_rng_state
+
+    random.seed(3), np.random.seed(4), torch.manual_seed(5)
+    random.gauss(0, 1), np.random.standard_normal()  # leaves a cached Gaussian in both generators' state
+    buffer = io.BytesIO()
+    torch.save({"rng": [_rng_state()]}, buffer)
+    expected = (random.gauss(0, 1), random.random(), np.random.standard_normal(), np.random.rand(), torch.rand(2))
+    random.seed(0), np.random.seed(0), torch.manual_seed(0)
+    _set_rng_state(torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)["rng"][0])
+    got = (random.gauss(0, 1), random.random(), np.random.standard_normal(), np.random.rand(), torch.rand(2))
+    assert got[:4] == expected[:4] and torch.equal(got[4], expected[4])

@@ -1,0 +1,146 @@
+"""train() in process on small contract-layout datasets: what resumes and what starts over, and a
+run_dir on an object store (moto's S3 server) end to end, resumed there from another machine."""
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from parquet_datasets import write_classification_dataset
+from pipeline import contract, storage
+from pipeline.config import build_config
+from training.evaluate import run_evaluation
+from training.train import train
+
+TRAIN = {"model": "mlp", "epochs": 2, "batch_size": 8, "lr": 0.01, "log_every": 1, "checkpoint_every": 2,
+         "num_checkpoints_kept": 2, "embedding_dim": 8, "hidden_size": 16, "num_reader_workers": 1}
+
+
+def _config(run_dir, local_dir=None, **train_settings):
+    tree = {"run_dir": str(run_dir), "data": {"input": "unused"}, "tokenizer": {"path": "unused"},
+            "preprocess": {"max_length": 8}, "train": {**TRAIN, **train_settings}}
+    if local_dir is not None:
+        tree["storage"] = {"local_dir": str(local_dir)}
+    return build_config(tree)
+
+
+def _local_run(tmp_path):
+    """run_dir with a dataset of 80 training rows (10 batches an epoch) and a one-file tokenizer dir."""
+    write_classification_dataset(tmp_path / "dataset", [[40], [40]])
+    (tmp_path / "tokenizer").mkdir()
+    (tmp_path / "tokenizer" / "tokenizer.json").write_text("{}")
+    return tmp_path
+
+
+def _steps(metrics_uri):
+    return [r["step"] for r in map(json.loads, storage.read_text(metrics_uri).splitlines()) if "loss" in r]
+
+
+def _checkpoints(run_dir):
+    return sorted(storage.relative(e.uri, storage.join(str(run_dir), "checkpoints"))
+                  for e in storage.list_files(storage.join(str(run_dir), "checkpoints")) if e.uri.endswith(".pt"))
+
+
+def test_resume_never_starts_over_and_drops_this_configs_checkpoints(tmp_path, capsys):
+    run_dir = _local_run(tmp_path)
+    train(_config(run_dir, max_steps=6))
+    [folder] = {name.split("/")[0] for name in _checkpoints(run_dir)}
+    capsys.readouterr()
+
+    train(_config(run_dir, max_steps=4, resume="never"))
+    out = capsys.readouterr().out
+    assert f"train.resume=never: deleted 2 checkpoint(s) in {run_dir / 'checkpoints' / folder}" in out
+    assert "resumed from" not in out
+    assert _steps(str(run_dir / "metrics.jsonl")) == [1, 2, 3, 4]
+    # The first run's step 6 is gone: a later resume continues this run, not the abandoned one.
+    assert _checkpoints(run_dir) == [f"{folder}/step-00000002.pt", f"{folder}/step-00000004.pt"]
+
+
+def test_another_train_config_starts_fresh_saying_what_differs_and_the_old_one_still_resumes(tmp_path, capsys):
+    run_dir = _local_run(tmp_path)
+    train(_config(run_dir, max_steps=4))
+    [first] = {name.split("/")[0] for name in _checkpoints(run_dir)}
+    capsys.readouterr()
+
+    train(_config(run_dir, max_steps=4, lr=0.02, seed=3))
+    out = capsys.readouterr().out
+    assert (f"train: starting fresh: the checkpoints in {run_dir / 'checkpoints' / first} are from another setup "
+            "(train.lr 0.01 -> 0.02; train.seed 0 -> 3; theirs -> this run's)") in out
+    assert "resumed from" not in out and _steps(str(run_dir / "metrics.jsonl")) == [1, 2, 3, 4]
+
+    train(_config(run_dir, max_steps=6))  # max_steps may change on resume: same setup as the first run
+    out = capsys.readouterr().out
+    assert f"train: resumed from {run_dir / 'checkpoints' / first / 'step-00000004.pt'} (step 4, epoch 0, batch 4)" in out
+
+
+def _rewrite_manifest(run_dir, **changes):
+    uri = str(run_dir / "dataset" / contract.MANIFEST_FILE)
+    manifest = contract.load_manifest(str(run_dir / "dataset")).model_copy(update=changes)
+    contract.write_json_atomic(uri, manifest.model_dump(mode="json"))
+
+
+def test_a_rebuild_with_the_same_content_resumes_and_another_dataset_starts_fresh(tmp_path, capsys):
+    run_dir = _local_run(tmp_path)
+    _rewrite_manifest(run_dir, dataset_fingerprint="a" * 64, stage_seconds={"tokenize": 1.0})
+    train(_config(run_dir, max_steps=4))
+    capsys.readouterr()
+
+    # What `preprocess --force` on unchanged input and config does: a new manifest file, same dataset.
+    _rewrite_manifest(run_dir, stage_seconds={"tokenize": 2.5})
+    train(_config(run_dir, max_steps=6))
+    assert "resumed from" in capsys.readouterr().out
+
+    _rewrite_manifest(run_dir, dataset_fingerprint="b" * 64)
+    train(_config(run_dir, max_steps=6))
+    out = capsys.readouterr().out
+    assert "resumed from" not in out and "(the dataset (another dataset_fingerprint); theirs -> this run's)" in out
+
+
+def test_train_evaluate_and_resume_on_an_s3_run_dir(tmp_path, s3_bucket, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # a URI mistaken for a local path would appear here as an s3: folder
+    built = _local_run(tmp_path / "built")
+    run_dir = f"{s3_bucket}/runs/one"
+    storage.upload_dir(str(built / "dataset"), f"{run_dir}/dataset")
+    storage.upload_dir(str(built / "tokenizer"), f"{run_dir}/tokenizer")
+
+    config = _config(run_dir, tmp_path / "machine-1", max_steps=4, record_sample_ids=True)
+    assert train(config) == f"{run_dir}/model"
+    out = capsys.readouterr().out
+    assert (f"train: logs are written under {tmp_path / 'machine-1'} (an object store cannot append); metrics.jsonl, "
+            f"samples/ and plots/loss.png are copied to {run_dir} at each checkpoint and at the end; TensorBoard "
+            f"events stay in {tmp_path / 'machine-1' / 'tensorboard'}") in out
+    assert f"model saved to {run_dir}/model" in out
+    stored = {storage.relative(e.uri, run_dir) for e in storage.list_files(run_dir)}
+    [folder] = {name.split("/")[1] for name in stored if name.startswith("checkpoints/")}
+    assert {"model/model.safetensors", "model/shardline_mlp.json", "model/lineage.json", "model/label_map.json",
+            "model/tokenizer.json", "metrics.jsonl", "plots/loss.png", "samples/rank-0.jsonl", "config.resolved.yaml",
+            f"checkpoints/{folder}/identity.json", f"checkpoints/{folder}/step-00000004.pt",
+            f"checkpoints/{folder}/step-00000004.sha256"} <= stored
+    assert not any(name.startswith("tensorboard") for name in stored)
+    assert os.listdir(tmp_path / "machine-1" / "tensorboard")
+
+    result = run_evaluation(config)
+    assert json.loads(storage.read_text(f"{run_dir}/eval.json")) == result and result["examples"] == 24
+
+    # Another machine (an empty local dir) resumes from the bucket's checkpoint and logs.
+    train(_config(run_dir, tmp_path / "machine-2", max_steps=6, record_sample_ids=True))
+    out = capsys.readouterr().out
+    assert f"train: resumed from {run_dir}/checkpoints/{folder}/step-00000004.pt (step 4, epoch 0, batch 4)" in out
+    assert _steps(f"{run_dir}/metrics.jsonl") == [1, 2, 3, 4, 5, 6]
+    samples = [json.loads(line)["step"] for line in storage.read_text(f"{run_dir}/samples/rank-0.jsonl").splitlines()]
+    assert samples == [1, 2, 3, 4, 5, 6]
+
+    # The same six steps uninterrupted on local disk end with the same weights.
+    shutil.copytree(built, tmp_path / "local-run")
+    straight = load_file(os.path.join(train(_config(tmp_path / "local-run", max_steps=6)), "model.safetensors"))
+    with storage.local_dir_for(f"{run_dir}/model") as model_dir:
+        resumed = load_file(os.path.join(model_dir, "model.safetensors"))
+    assert resumed.keys() == straight.keys() and all(torch.equal(resumed[k], straight[k]) for k in straight)
+    assert not [path for path, dirs, files in os.walk(tmp_path) if "s3:" in dirs or "s3:" in files]
+
+
+def test_a_missing_bucket_fails_naming_it_before_anything_runs(s3_server, tmp_path):
+    with pytest.raises(storage.StorageError, match="bucket 'no-such-bucket' .* does not exist"):
+        train(_config("s3://no-such-bucket/run", tmp_path / "local", max_steps=2))
