@@ -1,11 +1,15 @@
-"""The trainer as a process on a Spark-built dataset: SIGKILL mid-epoch and resume exactly; two
-gloo processes under torchrun on uneven shards."""
+"""The trainer as a process on a Spark-built dataset: SIGKILLed from outside (when a checkpoint
+appears, and at a random moment) and resumed exactly; two gloo processes under torchrun on uneven shards."""
 import json
 import math
 import os
+import random
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -17,7 +21,6 @@ from pipeline import contract
 from pipeline.config import build_config, save_config
 from pipeline.demo import write_jsonl
 from spark_jobs.preprocess import build_dataset
-from training.loop import KILL_AT_STEP_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN = {"model": "mlp", "epochs": 2, "batch_size": 8, "grad_accum_steps": 2, "optimizer": "adamw", "lr": 0.005,
@@ -38,8 +41,25 @@ def built(spark, tmp_path_factory, docstring_records):
         "train": TRAIN,
     })
     manifest = build_dataset(spark, config)
-    train_ids = pq.read_table(contract.split_dir(config.dataset_dir, "train"), columns=[contract.ID_COLUMN])
-    return config, manifest, train_ids.column(0).to_pylist()
+    train_ids = [i for path in manifest.split_files(config.dataset_dir, "train")
+                 for i in pq.read_table(path, columns=[contract.ID_COLUMN]).column(0).to_pylist()]
+    return config, manifest, train_ids
+
+
+@pytest.fixture(scope="module")
+def straight(built):
+    """An uninterrupted run, and how long it took from its first checkpoint to its last."""
+    _, manifest, _ = built
+    last_step = 2 * math.ceil(math.ceil(manifest.splits["train"].rows / 8) / 2)
+    run_dir = _new_run(built, "straight")
+    process = _start(run_dir)
+    _wait_for(run_dir, "checkpoints/*/step-*.sha256", process)
+    started = time.monotonic()
+    _wait_for(run_dir, f"checkpoints/*/step-{last_step:08d}.sha256", process)
+    seconds = time.monotonic() - started
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err[-3000:]
+    return run_dir, seconds
 
 
 def _new_run(built, name) -> Path:
@@ -51,10 +71,39 @@ def _new_run(built, name) -> Path:
     return run_dir
 
 
-def _train(run_dir, launcher=(sys.executable, "-m", "training.train"), env=()):
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **dict(env)}
-    return subprocess.run([*launcher, "--config", str(run_dir / "config.yaml")], cwd=REPO_ROOT, env=environment,
+def _command(run_dir, launcher=(sys.executable, "-m", "training.train")):
+    return [*launcher, "--config", str(run_dir / "config.yaml")]
+
+
+def _train(run_dir, launcher=(sys.executable, "-m", "training.train")):
+    return subprocess.run(_command(run_dir, launcher), cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
                           capture_output=True, text=True, timeout=300)
+
+
+def _start(run_dir):
+    return subprocess.Popen(_command(run_dir), cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _kill(process) -> tuple[str, str]:
+    process.send_signal(signal.SIGKILL)  # no cleanup runs: what a preempted machine does
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGKILL, err[-3000:]
+    return out, err
+
+
+def _wait_for(run_dir: Path, pattern: str, process) -> None:
+    """Until a file matching pattern (below run_dir) exists, polling every 2 ms."""
+    deadline = time.monotonic() + 300
+    while not list(run_dir.glob(pattern)):
+        assert process.poll() is None, f"training ended before {pattern} appeared: {process.communicate()[1][-3000:]}"
+        assert time.monotonic() < deadline, f"{pattern} did not appear in 300 s"
+        time.sleep(0.002)
+
+
+def _complete_checkpoints(run_dir) -> list[Path]:
+    """Checkpoints whose checksum was written (the commit), oldest first."""
+    return sorted(p for p in (run_dir / "checkpoints").glob("*/step-*.pt") if p.with_suffix(".sha256").exists())
 
 
 def _samples(run_dir, rank=0):
@@ -65,28 +114,28 @@ def _final_loss(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in line][-1]
 
 
-def test_sigkill_mid_epoch_then_resume_equals_an_uninterrupted_run(built):
+def test_killed_from_outside_then_resumed_equals_an_uninterrupted_run(built, straight):
     _, manifest, train_ids = built
+    straight, _ = straight
     rows = manifest.splits["train"].rows
     steps_per_epoch = math.ceil(math.ceil(rows / 8) / 2)
-    kill_at = steps_per_epoch + steps_per_epoch // 2 + 1  # odd: one step past the last checkpoint, mid epoch 1
-
-    straight = _new_run(built, "straight")
-    result = _train(straight)
-    assert result.returncode == 0, result.stderr[-3000:]
+    watched = steps_per_epoch + 4 - steps_per_epoch % 2  # an even step, so a checkpoint, well inside epoch 1
 
     killed = _new_run(built, "killed")
-    result = _train(killed, env={KILL_AT_STEP_ENV: str(kill_at)})
-    assert result.returncode == -9, result.stderr[-3000:]  # SIGKILL: no cleanup ran
+    process = _start(killed)
+    _wait_for(killed, f"checkpoints/*/step-{watched:08d}.sha256", process)
+    _kill(process)
     assert not (killed / "model").exists()
-    checkpoints = sorted((killed / "checkpoints").glob("*/step-*.pt"))
-    assert [p.name for p in checkpoints] == [f"step-{kill_at - 3:08d}.pt", f"step-{kill_at - 1:08d}.pt"]
-    checkpoints[-1].write_bytes(checkpoints[-1].read_bytes()[:500])  # and the newest one is damaged too
+    complete = _complete_checkpoints(killed)
+    newest, resumable = complete[-1], complete[-2]  # the run may have gone on a little before the kill
+    resumed_step = int(resumable.stem.split("-")[1])
+    assert steps_per_epoch < resumed_step < 2 * steps_per_epoch, "killed too late to resume mid epoch 1"
+    newest.write_bytes(newest.read_bytes()[:500])  # and the newest one is damaged too
 
     result = _train(killed)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"skipping checkpoint {checkpoints[-1]} does not match its sha256" in result.stderr
-    resumed_at = f"(step {kill_at - 3}, epoch 1, batch {2 * (kill_at - 3 - steps_per_epoch)})"
+    assert f"skipping checkpoint {newest} does not match its sha256" in result.stderr
+    resumed_at = f"resumed from {resumable} (step {resumed_step}, epoch 1, batch {2 * (resumed_step - steps_per_epoch)})"
     assert resumed_at in result.stdout and "batch 0)" not in result.stdout
 
     assert _final_loss(killed) == {**_final_loss(straight), **{k: _final_loss(killed)[k] for k in
@@ -100,6 +149,24 @@ def test_sigkill_mid_epoch_then_resume_equals_an_uninterrupted_run(built):
     for epoch in range(2):
         seen = [i for s in samples[epoch * steps_per_epoch:(epoch + 1) * steps_per_epoch] for i in s["ids"]]
         assert sorted(seen) == sorted(train_ids)  # every training sample exactly once in the epoch
+
+
+def test_killed_at_a_random_moment_then_resumed_equals_an_uninterrupted_run(built, straight):
+    straight, seconds = straight
+    run_dir = _new_run(built, "random-kill")
+    process = _start(run_dir)
+    _wait_for(run_dir, "checkpoints/*/step-*.sha256", process)  # training has begun
+    delay = random.uniform(0.0, 0.9 * seconds)  # mid step, mid checkpoint write, mid delete: whatever it is then
+    time.sleep(delay)
+    when = f"killed {delay:.2f} s after its first checkpoint ({seconds:.2f} s from first to last)"
+    _kill(process)
+    result = _train(run_dir)
+    assert result.returncode == 0, f"{when}: " + result.stderr[-3000:]
+    resumed = re.search(r"train: resumed from \S+ \(step (\d+),", result.stdout)
+    assert resumed and int(resumed.group(1)) < len(_samples(straight)), f"{when}: nothing left to resume\n{result.stdout}"
+    assert _samples(run_dir) == _samples(straight)
+    expected, got = (load_file(str(r / "model" / "model.safetensors")) for r in (straight, run_dir))
+    assert all(torch.equal(expected[k], got[k]) for k in expected), f"killed {delay:.2f} s after its first checkpoint"
 
 
 def test_two_gloo_processes_on_uneven_shards_see_disjoint_data_and_end_identical(built):
