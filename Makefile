@@ -1,6 +1,7 @@
 # The README's two commands. Both create .venv/ first (idempotent); `make test` also creates
-# .venv-airflow/ (Airflow, kept apart from the pinned stack) for the DAG tests.
-.PHONY: setup setup-airflow demo test config-docs
+# .venv-airflow/ (Airflow, kept apart from the pinned stack) for the DAG tests, and .venv-current/
+# (numpy 2, current pyarrow, no Spark, no Petastorm: the GPU machine's stack) for the training side.
+.PHONY: setup setup-airflow setup-current demo test config-docs
 
 setup:
 	./scripts/setup.sh
@@ -8,11 +9,17 @@ setup:
 setup-airflow:
 	./scripts/setup_airflow.sh
 
+setup-current:
+	./scripts/setup_current.sh
+
 demo: setup
 	.venv/bin/python -m pipeline.demo
 
-test: setup setup-airflow
+# Then the unit and training tests again on the current stack (those needing pyspark skip there,
+# through importorskip), with tests/current_stack, which checks that stack itself.
+test: setup setup-airflow setup-current
 	.venv/bin/python -m pytest -q
+	.venv-current/bin/python -m pytest -q -m unit tests/unit tests/current_stack
 
 # Regenerates docs/config.md from the config models (a test fails while it is stale).
 config-docs: setup

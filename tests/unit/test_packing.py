@@ -1,7 +1,9 @@
 """causal_lm packing on plain arrays: block contents, position and segment ids, padding, dropping."""
 import numpy as np
+import pytest
 
-from spark_jobs.encode import BlockPacker, pad_rows
+pytest.importorskip("pyspark")  # spark_jobs imports it; the Spark-free test environment has none
+from spark_jobs.encode import BlockPacker, pad_rows  # noqa: E402
 
 EOS, PAD = 9, 0
 

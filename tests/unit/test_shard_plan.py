@@ -6,8 +6,10 @@ import pytest
 
 from pipeline import storage
 from pipeline.config import ShardConfig
-from spark_jobs.read import EmptyFile, plan_chunks, read_chunk_lines
-from spark_jobs.shard import plan_split
+
+pytest.importorskip("pyspark")  # spark_jobs imports it; the Spark-free test environment has none
+from spark_jobs.read import EmptyFile, plan_chunks, read_chunk_lines  # noqa: E402
+from spark_jobs.shard import plan_split  # noqa: E402
 
 
 @pytest.mark.parametrize(

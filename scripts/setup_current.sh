@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Creates .venv-current/: the training side on a current stack, as the GPU machine has it (numpy 2,
+# a current pyarrow, torch 2.13 CPU, transformers, no pyspark, no petastorm), pinned by
+# constraints-current.txt. The project is installed --no-deps: its declared ranges are the Spark
+# stack's (.venv/), which this environment deliberately does not have. Idempotent: a second run with
+# unchanged pins does nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+venv=.venv-current
+if [ ! -x "$venv/bin/python" ]; then
+  "$PYTHON" -m venv "$venv"
+fi
+if ! "$venv/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+  echo "warning: $venv runs Python $("$venv/bin/python" -c 'import platform; print(platform.python_version())'); the current stack is tested on 3.11" >&2
+fi
+stamp=$venv/.shardline-installed
+want=$(cat constraints-current.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  started=$(date +%s)
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -c constraints-current.txt numpy pyarrow torch transformers tokenizers \
+    safetensors pydantic PyYAML tqdm matplotlib tensorboard pytest boto3 'moto[server]'
+  "$venv/bin/python" -m pip install -q --no-deps -e .
+  # The point of this environment: nothing of the Spark stack may creep in through a dependency.
+  "$venv/bin/python" - <<'PY'
+import importlib.util
+import sys
+
+present = [name for name in ("pyspark", "petastorm") if importlib.util.find_spec(name) is not None]
+if present:
+    sys.exit(f"setup_current.sh: {', '.join(present)} got installed into .venv-current; it must stay Spark-free")
+PY
+  echo "$want" > "$stamp"
+  echo "setup_current.sh: installed the current stack into $venv in $(( $(date +%s) - started ))s"
+fi
