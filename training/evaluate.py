@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from pipeline import contract
+from pipeline import contract, storage
 from pipeline.config import ShardlineConfig
 from training.data import TASK_COLUMNS, split_spec
 from training.distributed import pick_device
@@ -17,6 +17,7 @@ from training.models import load_model
 
 
 def run_evaluation(config: ShardlineConfig) -> dict:
+    storage.check_reachable(config.run_dir)  # a missing bucket must not read as a missing dataset
     manifest = contract.load_manifest(config.dataset_dir)
     split = config.eval.split
     if manifest.splits[split].rows == 0 and split == "test":

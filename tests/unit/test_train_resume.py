@@ -75,6 +75,37 @@ def test_another_train_config_starts_fresh_saying_what_differs_and_the_old_one_s
     assert f"train: resumed from {run_dir / 'checkpoints' / first / 'step-00000004.pt'} (step 4, epoch 0, batch 4)" in out
 
 
+class _RunsCode:
+    """Unpickling this calls open(path, "w"): what a crafted checkpoint would do instead."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_resuming_onto_a_crafted_checkpoint_with_a_valid_checksum_refuses_it_and_runs_nothing(tmp_path):
+    import hashlib
+    import io
+
+    from training import checkpoint
+
+    run_dir = _local_run(tmp_path)
+    train(_config(run_dir, max_steps=4))
+    newest = str(sorted((run_dir / "checkpoints").glob("*/step-*.pt"))[-1])
+    marker = tmp_path / "the-checkpoint-ran-code"
+    buffer = io.BytesIO()
+    torch.save({"fingerprint": "x", "model": _RunsCode(str(marker))}, buffer)
+    data = buffer.getvalue()
+    storage.write_bytes(newest, data)
+    storage.write_text(checkpoint.sidecar(newest), json.dumps(
+        {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "step": 4}))
+    with pytest.raises(checkpoint.UnsafeCheckpointError, match=f"checkpoint {newest} refused"):
+        train(_config(run_dir, max_steps=6))
+    assert not marker.exists()
+
+
 def _rewrite_manifest(run_dir, **changes):
     uri = str(run_dir / "dataset" / contract.MANIFEST_FILE)
     manifest = contract.load_manifest(str(run_dir / "dataset")).model_copy(update=changes)
