@@ -14,7 +14,9 @@ def _config(run_dir, **train_settings):
     train_settings = {"model": "gpt2", "epochs": 4, "batch_size": 8, "lr": 0.01, "log_every": 1, "eval_every": 4,
                       "model_config": {"n_embd": 32, "n_layer": 1, "n_head": 2}, **train_settings}
     return build_config({"run_dir": str(run_dir), "data": {"input": "unused"}, "tokenizer": {"path": "unused"},
-                         "preprocess": {"task": "causal_lm", "max_length": 16}, "train": train_settings})
+                         "preprocess": {"task": "causal_lm", "max_length": 16},
+                         "reader": {"backend": "pyarrow"},  # runs in the Petastorm-free environment too
+                         "train": train_settings})
 
 
 def test_gpt2_learns_packed_documents_and_reports_perplexity(tmp_path):

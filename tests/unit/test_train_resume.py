@@ -2,7 +2,6 @@
 run_dir on an object store (moto's S3 server) end to end, resumed there from another machine."""
 import json
 import os
-import shutil
 
 import pytest
 import torch
@@ -19,19 +18,20 @@ TRAIN = {"model": "mlp", "epochs": 2, "batch_size": 8, "lr": 0.01, "log_every": 
 
 
 def _config(run_dir, local_dir=None, **train_settings):
+    # The pyarrow backend: these tests are about the trainer, and run in the Petastorm-free env too.
     tree = {"run_dir": str(run_dir), "data": {"input": "unused"}, "tokenizer": {"path": "unused"},
-            "preprocess": {"max_length": 8}, "train": {**TRAIN, **train_settings}}
+            "preprocess": {"max_length": 8}, "reader": {"backend": "pyarrow"}, "train": {**TRAIN, **train_settings}}
     if local_dir is not None:
         tree["storage"] = {"local_dir": str(local_dir)}
     return build_config(tree)
 
 
-def _local_run(tmp_path):
-    """run_dir with a dataset of 80 training rows (10 batches an epoch) and a one-file tokenizer dir."""
-    write_classification_dataset(tmp_path / "dataset", [[40], [40]])
-    (tmp_path / "tokenizer").mkdir()
-    (tmp_path / "tokenizer" / "tokenizer.json").write_text("{}")
-    return tmp_path
+def _new_run(run_dir):
+    """run_dir (a path or URI) with a dataset of 80 training rows (10 batches an epoch) and a
+    one-file tokenizer dir."""
+    write_classification_dataset(storage.join(str(run_dir), "dataset"), [[40], [40]])
+    storage.write_text(storage.join(str(run_dir), "tokenizer", "tokenizer.json"), "{}")
+    return run_dir
 
 
 def _steps(metrics_uri):
@@ -44,7 +44,7 @@ def _checkpoints(run_dir):
 
 
 def test_resume_never_starts_over_and_drops_this_configs_checkpoints(tmp_path, capsys):
-    run_dir = _local_run(tmp_path)
+    run_dir = _new_run(tmp_path)
     train(_config(run_dir, max_steps=6))
     [folder] = {name.split("/")[0] for name in _checkpoints(run_dir)}
     capsys.readouterr()
@@ -59,7 +59,7 @@ def test_resume_never_starts_over_and_drops_this_configs_checkpoints(tmp_path, c
 
 
 def test_another_train_config_starts_fresh_saying_what_differs_and_the_old_one_still_resumes(tmp_path, capsys):
-    run_dir = _local_run(tmp_path)
+    run_dir = _new_run(tmp_path)
     train(_config(run_dir, max_steps=4))
     [first] = {name.split("/")[0] for name in _checkpoints(run_dir)}
     capsys.readouterr()
@@ -91,7 +91,7 @@ def test_resuming_onto_a_crafted_checkpoint_with_a_valid_checksum_refuses_it_and
 
     from training import checkpoint
 
-    run_dir = _local_run(tmp_path)
+    run_dir = _new_run(tmp_path)
     train(_config(run_dir, max_steps=4))
     newest = str(sorted((run_dir / "checkpoints").glob("*/step-*.pt"))[-1])
     marker = tmp_path / "the-checkpoint-ran-code"
@@ -113,7 +113,7 @@ def _rewrite_manifest(run_dir, **changes):
 
 
 def test_a_rebuild_with_the_same_content_resumes_and_another_dataset_starts_fresh(tmp_path, capsys):
-    run_dir = _local_run(tmp_path)
+    run_dir = _new_run(tmp_path)
     _rewrite_manifest(run_dir, dataset_fingerprint="a" * 64, stage_seconds={"tokenize": 1.0})
     train(_config(run_dir, max_steps=4))
     capsys.readouterr()
@@ -131,10 +131,7 @@ def test_a_rebuild_with_the_same_content_resumes_and_another_dataset_starts_fres
 
 def test_train_evaluate_and_resume_on_an_s3_run_dir(tmp_path, s3_bucket, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # a URI mistaken for a local path would appear here as an s3: folder
-    built = _local_run(tmp_path / "built")
-    run_dir = f"{s3_bucket}/runs/one"
-    storage.upload_dir(str(built / "dataset"), f"{run_dir}/dataset")
-    storage.upload_dir(str(built / "tokenizer"), f"{run_dir}/tokenizer")
+    run_dir = _new_run(f"{s3_bucket}/runs/one")
 
     config = _config(run_dir, tmp_path / "machine-1", max_steps=4, record_sample_ids=True)
     assert train(config) == f"{run_dir}/model"
@@ -164,7 +161,7 @@ def test_train_evaluate_and_resume_on_an_s3_run_dir(tmp_path, s3_bucket, monkeyp
     assert samples == [1, 2, 3, 4, 5, 6]
 
     # The same six steps uninterrupted on local disk end with the same weights.
-    shutil.copytree(built, tmp_path / "local-run")
+    _new_run(tmp_path / "local-run")
     straight = load_file(os.path.join(train(_config(tmp_path / "local-run", max_steps=6)), "model.safetensors"))
     with storage.local_dir_for(f"{run_dir}/model") as model_dir:
         resumed = load_file(os.path.join(model_dir, "model.safetensors"))
