@@ -83,7 +83,7 @@ def run_stage_main(stage: str, action: Callable[[ShardlineConfig, argparse.Names
 
 def _guarded(stage: str, action: Callable[[ShardlineConfig, argparse.Namespace], Any], args: argparse.Namespace) -> int:
     from pipeline.driver import StageFailed
-    from spark_jobs.read import InputError
+    from pipeline.inputs import InputError
 
     try:
         action(_load(args), args)
@@ -104,12 +104,14 @@ def inspect_dataset(dataset_dir: str, split: str, num_rows: int) -> None:
     manifest = contract.load_manifest(dataset_dir)
     summary = manifest.model_dump(mode="json", exclude={"config"})
     print(json.dumps(summary, indent=2, sort_keys=True))
-    tokenizer = load_tokenizer(Path(dataset_dir) / "tokenizer")
-    files = sorted(contract.split_dir(dataset_dir, split).glob("*.parquet"))
+    from pipeline import storage
+
+    tokenizer = load_tokenizer(storage.join(dataset_dir, "tokenizer"))
     labels = {index: name for name, index in manifest.label_map.items()}
     shown = 0
-    for path in files:
-        table = pq.read_table(path).slice(0, num_rows - shown)
+    for uri in manifest.split_files(dataset_dir, split):
+        filesystem, path = storage.filesystem(uri)
+        table = pq.read_table(path, filesystem=filesystem).slice(0, num_rows - shown)
         for row in table.to_pylist():
             # causal_lm blocks have no label; their documents are told apart by segment id.
             label = f" label={labels.get(row[contract.LABEL])}" if contract.LABEL in row else ""

@@ -1,5 +1,6 @@
 """The reader's plan and order: deterministic, rank-even, resumable, reading only the manifest's files,
 for both row-group backends (Petastorm, pyarrow.fs) on local disk and on a real S3 server (moto)."""
+import importlib.util
 import math
 import re
 
@@ -15,7 +16,9 @@ from training.data import (
 COLUMNS = TASK_COLUMNS["classification"] + (contract.ID_COLUMN,)
 UNEVEN = [[50, 7], [30, 3], [21]]  # five row groups of very different sizes in three files
 ALL_IDS = sorted(f"doc-{i:06d}" for i in range(111))
-BACKENDS = ("petastorm", "pyarrow")
+# Petastorm cannot be installed on the current stack (.venv-current): its cases skip there.
+BACKENDS = (pytest.param("petastorm", marks=pytest.mark.skipif(
+    importlib.util.find_spec("petastorm") is None, reason="petastorm is not installed")), "pyarrow")
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -55,6 +58,7 @@ def test_one_process_sees_every_row_once_per_epoch_in_a_seeded_order(uneven, bac
 
 
 def test_both_backends_give_the_same_batches(uneven):
+    pytest.importorskip("petastorm")
     # The order is the reader's plan, not the backend's: switching reader.backend changes nothing.
     for options in ({}, {"rank": 1, "world_size": 2}, {"shuffle": False}):
         assert _ids(_spec(uneven, "petastorm", **options)) == _ids(_spec(uneven, "pyarrow", **options))
