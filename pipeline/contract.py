@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline.errors import ShardlineError
+
 # 1: classification rows (id, input_ids, attention_mask, label), manifest.json + _SUCCESS.
 # 2: causal_lm rows (position_ids, segment_ids); row groups per split a multiple of shard.divisible_by;
 #    manifest gains documents, padding/truncation/packing counts, histograms. Version-1 manifests still load.
@@ -110,8 +112,8 @@ def swap_in_dir(staging_dir: Path, final_dir: Path) -> None:
         os.replace(staging_dir, final_dir)
 
 
-class DatasetNotReadyError(RuntimeError):
-    pass
+class DatasetNotReadyError(ShardlineError):
+    """A dataset directory without _SUCCESS: its preprocess job never finished there."""
 
 
 def load_manifest(dataset_dir: str | Path) -> Manifest:

@@ -13,6 +13,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from pipeline.config import TokenizerTrainConfig, resolve_local_path
+from pipeline.errors import MissingPathError, ShardlineError
 
 TOKENIZER_JSON = "tokenizer.json"
 
@@ -65,12 +66,12 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
         tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(path_obj))
     elif path_obj.is_dir() or not _looks_like_hub_name(str(path)):
         if not path_obj.exists():
-            raise FileNotFoundError(f"tokenizer.path {path} does not exist")
+            raise MissingPathError(f"tokenizer.path {path} does not exist")
         tokenizer = AutoTokenizer.from_pretrained(str(path_obj))
     else:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
     if not tokenizer.is_fast:
-        raise ValueError(f"tokenizer at {path} has no fast (Rust) implementation; shardline needs one")
+        raise ShardlineError(f"tokenizer at {path} has no fast (Rust) implementation; shardline needs one")
     if tokenizer.pad_token_id is None:
         # A bare tokenizer.json carries no special-token roles; adopt a conventional pad token.
         found = [t for t in _CONVENTIONAL_PAD_TOKENS if tokenizer.convert_tokens_to_ids(t) != tokenizer.unk_token_id
@@ -78,7 +79,7 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
         if found:
             tokenizer.pad_token = found[0]
     if tokenizer.pad_token_id is None:
-        raise ValueError(f"tokenizer at {path} defines no pad token; add one (e.g. [PAD]) and save it")
+        raise ShardlineError(f"tokenizer at {path} defines no pad token; add one (e.g. [PAD]) and save it")
     return tokenizer
 
 

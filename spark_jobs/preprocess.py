@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 
 from pipeline import contract
 from pipeline.config import ConfigError, ShardlineConfig, load_config, save_config
+from pipeline.errors import ShardlineError
 from pipeline.tokenizer import backend_json, load_tokenizer, train_tokenizer
 from spark_jobs import clean, encode, read, shard, split
 from spark_jobs.manifest import new_staging_dir, publish, token_stats, versions
@@ -36,8 +37,8 @@ from spark_jobs.manifest import split_stats as split_stats_of
 DATASET_SECTIONS = contract.DATASET_SECTIONS
 
 
-class DatasetConflictError(RuntimeError):
-    pass
+class DatasetConflictError(ShardlineError):
+    """The run_dir holds a dataset built from another config or other input files."""
 
 
 def check_existing(config: ShardlineConfig, force: bool) -> bool:
@@ -281,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             manifest = build_dataset(spark, config)
         finally:
             spark.stop()
-    except (ConfigError, read.InputError, DatasetConflictError, contract.DatasetNotReadyError) as error:
+    except ShardlineError as error:
         print(f"preprocess: error: {error}", file=sys.stderr)
         return 2
     counts = ", ".join(f"{name} {stats.rows}" for name, stats in manifest.splits.items())

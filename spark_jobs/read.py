@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pipeline.config import DataConfig
+from pipeline.errors import ShardlineError
 
 TEXT = "text"
 LABEL_RAW = "label_raw"  # the label as found in the input (string), before mapping to an id
@@ -54,7 +55,7 @@ _COMPRESSED = (".gz", ".bz2")
 _EXTENSION_FORMATS = {".txt": "text", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
 
 
-class InputError(ValueError):
+class InputError(ShardlineError, ValueError):
     """The configured input cannot be read at all (as opposed to bad records inside it)."""
 
 

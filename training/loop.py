@@ -25,6 +25,7 @@ from torch.nn import functional as F
 
 from pipeline import contract
 from pipeline.config import ShardlineConfig, TrainConfig
+from pipeline.errors import ShardlineError
 from training import checkpoint
 from training.data import TASK_COLUMNS, BackgroundBatches, Batch, ReaderSpec, iter_batches, plan_epoch, split_spec
 from training.distributed import Processes, barrier, gather
@@ -257,7 +258,7 @@ class Trainer:
             return
         state = found[1] if found else checkpoint.load_verified(Path(chosen))
         if state["fingerprint"] != self.fingerprint:
-            raise ValueError(
+            raise ShardlineError(
                 f"checkpoint {chosen} was written by a run with a different train config, dataset or process count; "
                 "use a new run_dir or set train.resume=never to start over"
             )

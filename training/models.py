@@ -11,14 +11,15 @@ import torch
 from torch import nn
 
 from pipeline import contract
-from pipeline.config import ShardlineConfig, TrainConfig, resolve_local_path
+from pipeline.config import BERT_DEFAULTS, GPT2_DEFAULTS, MODEL_TASKS, ShardlineConfig, TrainConfig, resolve_local_path
+from pipeline.errors import MissingPathError, ShardlineError
 
 MLP_CONFIG_FILE = "shardline_mlp.json"
 MLP_WEIGHTS_FILE = "model.safetensors"
-MODEL_TASKS = {"mlp": "classification", "bert": "classification", "gpt2": "causal_lm"}
-# Small defaults so a config without train.model_config trains on CPU in seconds.
-BERT_DEFAULTS = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256)
-GPT2_DEFAULTS = dict(n_embd=128, n_layer=2, n_head=2)
+
+
+class DatasetMismatchError(ShardlineError, ValueError):
+    """The dataset cannot feed this config and model (task, lengths, vocabulary, labels)."""
 
 
 class MeanEmbeddingClassifier(nn.Module):
@@ -119,9 +120,11 @@ def build_model(cfg: TrainConfig, manifest: contract.Manifest) -> nn.Module:
         if cfg.pretrained:
             return PackedCausalLM(GPT2LMHeadModel.from_pretrained(_local_dir(cfg.pretrained), attn_implementation="sdpa"))
         settings = {**GPT2_DEFAULTS, **cfg.model_config_}
+        eos_id = manifest.eos_id if manifest.eos_id is not None else manifest.pad_id  # version-1 manifests had none
         gpt_config = GPT2Config(
             vocab_size=manifest.vocab_size, n_positions=max(manifest.max_length, settings.pop("n_positions", 0)),
-            bos_token_id=manifest.pad_id, eos_token_id=manifest.pad_id, pad_token_id=manifest.pad_id, **settings,
+            # GPT-2's convention: one end-of-text token starts and ends documents; the packer ends each with it.
+            bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=manifest.pad_id, **settings,
         )
         gpt_config._attn_implementation = "sdpa"
         return PackedCausalLM(GPT2LMHeadModel(gpt_config))
@@ -147,7 +150,7 @@ def build_model(cfg: TrainConfig, manifest: contract.Manifest) -> nn.Module:
 def _local_dir(path: str) -> str:
     path = resolve_local_path(path)
     if not Path(path).is_dir():
-        raise FileNotFoundError(f"train.pretrained {path} is not a local model directory")
+        raise MissingPathError(f"train.pretrained {path} is not a local model directory")
     return path
 
 
@@ -178,12 +181,36 @@ def check_dataset_matches(model: nn.Module, manifest: contract.Manifest, config:
     if manifest.splits.get("train") is None or manifest.splits["train"].rows == 0:
         problems.append(f"{where} has no training rows; add documents to data.input")
     if problems:
-        raise ValueError(problems[0] + (f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""))
+        raise DatasetMismatchError(problems[0] + (f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""))
+
+
+class NotAModelDirError(ShardlineError):
+    """A directory that holds no model shardline (or transformers) can load."""
+
+
+def model_kind(directory: str | Path) -> str:
+    """`mlp`, `bert` or `gpt2`, from the files of a saved model directory; a one-line error otherwise."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise MissingPathError(f"model directory {directory} does not exist; `shardline train` writes one to run_dir/model")
+    if (directory / MLP_CONFIG_FILE).exists():
+        return "mlp"
+    try:
+        model_type = json.loads((directory / "config.json").read_text()).get("model_type")
+    except (FileNotFoundError, json.JSONDecodeError, AttributeError):
+        model_type = None
+    if model_type not in ("bert", "gpt2"):
+        found = f"a {model_type} model" if model_type else f"no {MLP_CONFIG_FILE} and no transformers config.json"
+        raise NotAModelDirError(f"{directory} is not a shardline model directory ({found}); "
+                                "point at run_dir/model of a finished `shardline train`")
+    return model_type
 
 
 def load_model(directory: str | Path) -> nn.Module:
+    """The model saved in directory, behind the call signature of its task (see the classes above)."""
     directory = Path(directory)
-    if (directory / MLP_CONFIG_FILE).exists():
+    kind = model_kind(directory)
+    if kind == "mlp":
         from safetensors.torch import load_file
 
         hparams = json.loads((directory / MLP_CONFIG_FILE).read_text())
@@ -191,8 +218,7 @@ def load_model(directory: str | Path) -> nn.Module:
         model = MeanEmbeddingClassifier(**hparams)
         model.load_state_dict(load_file(str(directory / MLP_WEIGHTS_FILE)))
         return model
-    config = json.loads((directory / "config.json").read_text())
-    if config.get("model_type") == "gpt2":
+    if kind == "gpt2":
         from transformers import GPT2LMHeadModel
 
         return PackedCausalLM(GPT2LMHeadModel.from_pretrained(str(directory), attn_implementation="sdpa"))

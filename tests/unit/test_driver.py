@@ -37,7 +37,7 @@ def _decisions(tmp_path, corpus, *overrides, **options):
 
 def test_spark_submit_line_carries_master_conf_and_py_files_in_order():
     config = build_config(
-        {"run_dir": "runs/x", "data": {"input": "c.jsonl"}, "tokenizer": {"train": {}},
+        {"run_dir": "runs/x", "data": {"input": "c.jsonl", "label_column": "label"}, "tokenizer": {"train": {}},
          "spark": {"master": "yarn", "conf": {"spark.executor.memory": "4g", "spark.sql.shuffle.partitions": 64},
                    "py_files": ["dist/shardline.zip"]}}
     )
