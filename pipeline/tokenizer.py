@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from pipeline.config import TokenizerTrainConfig, resolve_local_path
@@ -26,7 +26,7 @@ def train_tokenizer(texts: Iterable[str], cfg: TokenizerTrainConfig) -> PreTrain
         tokenizer = Tokenizer(models.WordPiece(unk_token=unk))
         tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
         tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tokenizer.decoder = decoders.WordPiece()
+        tokenizer.decoder = readable_wordpiece_decoder()
         trainer = trainers.WordPieceTrainer(vocab_size=cfg.vocab_size, special_tokens=specials)
     else:
         unk, pad, cls, sep = _pick(specials, "<unk>", "<pad>", "<s>", "</s>")
@@ -49,6 +49,36 @@ def train_tokenizer(texts: Iterable[str], cfg: TokenizerTrainConfig) -> PreTrain
         tokenizer_object=tokenizer, unk_token=unk, pad_token=pad, cls_token=cls, sep_token=sep,
         bos_token=cls if cfg.kind == "bpe" else None, eos_token=sep if cfg.kind == "bpe" else None,
     )
+
+
+# BERT's pre-tokenizer splits at every punctuation character and keeps no record of the spaces, so
+# the plain WordPiece decoder puts a space around each: `set _ event _ loop ( )`. These rewrites of
+# the decoded string (literal replacements at places found by lookarounds) undo the common cases in
+# prose and code; spaces that cannot be told apart (`asyncio. run`) stay. Encoding is unaffected.
+_DECODE_REWRITES = (
+    (r"(?<=\w) / (?=\w)", "/"),  # i / o -> i/o
+    (r" ?_ ?", "_"),  # set _ event _ loop -> set_event_loop
+    (r"(?<=[(\[{]) ", ""),  # ( x -> (x
+    (r" (?=[)\]}])", ""),  # x ) -> x)
+    (r" (?=[;:%])", ""),  # headers : -> headers:
+    (r"(?<=\w) ' (?=(?:t|s|re|ve|ll|d|m)\b)", "'"),  # don ' t -> don't
+    (r"(?<=\w) - (?=\w)", "-"),  # non - blocking -> non-blocking
+    (r"(?<=-) (?=-)", ""),  # - - -> --
+    (r"(?<=\d)\. (?=\d)", "."),  # 3. 11 -> 3.11
+    (r"(?<=\b\w)\. (?=\w\.)", "."),  # e. g. -> e.g.
+    (r"(?<=\w) \(\)", "()"),  # loop () -> loop()
+    (r"(?<=\w) \[", "["),  # x [0] -> x[0]
+    (r"(?<=\$) (?=\d)", ""),  # $ 5 -> $5
+)
+
+
+def readable_wordpiece_decoder() -> decoders.Decoder:
+    """WordPiece decoding (`##` continuations joined, ` .` and ` ,` cleaned up), then the rewrites above."""
+    return decoders.Sequence([
+        decoders.WordPiece(prefix="##", cleanup=True),
+        decoders.Fuse(),  # one string, so the rewrites see the spaces between tokens
+        *[decoders.Replace(Regex(pattern), replacement) for pattern, replacement in _DECODE_REWRITES],
+    ])
 
 
 def _pick(specials: list[str], *wanted: str) -> tuple[str, ...]:
