@@ -112,6 +112,17 @@ def swap_in_dir(staging_dir: Path, final_dir: Path) -> None:
         os.replace(staging_dir, final_dir)
 
 
+class DatasetConflictError(ShardlineError):
+    """The run_dir holds a dataset built from another config or other input files."""
+
+
+def changed_dataset_sections(manifest: Manifest, config: dict[str, Any]) -> list[str]:
+    """The DATASET_SECTIONS in which a config (as a dict) differs from the one a dataset was built
+    from: the Spark job refuses to overwrite such a dataset without --force, and the driver says so
+    before starting it."""
+    return sorted(name for name in DATASET_SECTIONS if config.get(name) != manifest.config.get(name))
+
+
 class DatasetNotReadyError(ShardlineError):
     """A dataset directory without _SUCCESS: its preprocess job never finished there."""
 

@@ -27,7 +27,8 @@ def train_tokenizer(texts: Iterable[str], cfg: TokenizerTrainConfig) -> PreTrain
         tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
         tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tokenizer.decoder = readable_wordpiece_decoder()
-        trainer = trainers.WordPieceTrainer(vocab_size=cfg.vocab_size, special_tokens=specials)
+        # show_progress=False: its progress bar writes blank lines to stdout when that is not a terminal.
+        trainer = trainers.WordPieceTrainer(vocab_size=cfg.vocab_size, special_tokens=specials, show_progress=False)
     else:
         unk, pad, cls, sep = _pick(specials, "<unk>", "<pad>", "<s>", "</s>")
         tokenizer = Tokenizer(models.BPE(unk_token=unk))
@@ -37,6 +38,7 @@ def train_tokenizer(texts: Iterable[str], cfg: TokenizerTrainConfig) -> PreTrain
             vocab_size=cfg.vocab_size,
             special_tokens=specials,
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
         )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     if cfg.kind == "wordpiece":

@@ -32,13 +32,13 @@ from pipeline.tokenizer import backend_json, load_tokenizer, train_tokenizer
 from spark_jobs import clean, encode, read, shard, split
 from spark_jobs.manifest import new_staging_dir, publish, token_stats, versions
 from spark_jobs.manifest import split_stats as split_stats_of
+from spark_jobs.progress import SparkProgress
 
 # Changing any config section outside these never rebuilds a dataset.
 DATASET_SECTIONS = contract.DATASET_SECTIONS
 
 
-class DatasetConflictError(ShardlineError):
-    """The run_dir holds a dataset built from another config or other input files."""
+DatasetConflictError = contract.DatasetConflictError
 
 
 def check_existing(config: ShardlineConfig, force: bool) -> bool:
@@ -47,9 +47,7 @@ def check_existing(config: ShardlineConfig, force: bool) -> bool:
     if force or not (dataset_dir / contract.SUCCESS_FILE).exists():
         return False
     existing = contract.load_manifest(dataset_dir)
-    wanted = {k: config.to_dict()[k] for k in DATASET_SECTIONS}
-    found = {k: existing.config.get(k) for k in DATASET_SECTIONS}
-    changed = sorted(k for k in DATASET_SECTIONS if wanted[k] != found[k])
+    changed = contract.changed_dataset_sections(existing, config.to_dict())
     if changed:
         raise DatasetConflictError(
             f"{dataset_dir} was built from a different config (sections {changed} differ); "
@@ -164,6 +162,7 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig) -> contract.Mani
         nonlocal clock
         timings[stage] = round(time.perf_counter() - clock, 3)
         clock = time.perf_counter()
+        print(f"preprocess: {stage} done in {timings[stage]:.1f} s", flush=True)
 
     files = read.resolve_input_files(config.data.input)
     records = clean_records(read.read_corpus(spark, config.data, files), config)
@@ -279,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         save_config(config, Path(config.run_dir) / "config.resolved.yaml")
         spark = create_spark_session(config)
         try:
-            manifest = build_dataset(spark, config)
+            with SparkProgress(spark.sparkContext):
+                manifest = build_dataset(spark, config)
         finally:
             spark.stop()
     except ShardlineError as error:

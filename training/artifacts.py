@@ -31,8 +31,8 @@ def staged_dir(final_dir: Path) -> Iterator[Path]:
 
 def write_model_sidecars(directory: Path, config: ShardlineConfig, manifest: contract.Manifest, summary: dict) -> None:
     """Tokenizer, label map and lineage beside the weights: the directory is usable on its own."""
-    for item in config.tokenizer_dir.iterdir():
-        shutil.copy2(item, directory / item.name)
+    if (config.tokenizer_dir / "tokenizer.json").exists():
+        save_model_tokenizer(config.tokenizer_dir, directory, manifest)
     (directory / LABEL_MAP_FILE).write_text(json.dumps(manifest.label_map, indent=2, sort_keys=True))
     lineage = {
         "dataset_dir": str(config.dataset_dir.resolve()),
@@ -47,6 +47,21 @@ def write_model_sidecars(directory: Path, config: ShardlineConfig, manifest: con
         "config": config.to_dict(),
     }
     contract.write_json_atomic(directory / LINEAGE_FILE, lineage)
+
+
+def save_model_tokenizer(tokenizer_dir: Path, directory: Path, manifest: contract.Manifest) -> None:
+    """The dataset's tokenizer, saved for the model's users: `model_max_length` is the length the model
+    was trained on, and for causal LM the tokenizer adds no special tokens, because documents were
+    tokenized without them (an end-of-text token after each), so prompts encode the same way."""
+    from pipeline.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(tokenizer_dir)
+    tokenizer.model_max_length = manifest.max_length
+    if manifest.task == "causal_lm":
+        tokenizer.backend_tokenizer.post_processor = None
+        if manifest.eos_id is not None:
+            tokenizer.eos_token = tokenizer.convert_ids_to_tokens(manifest.eos_id)
+    tokenizer.save_pretrained(str(directory))
 
 
 def _code_version() -> str:
