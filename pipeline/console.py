@@ -89,8 +89,9 @@ def track(items: Iterable[T], total: int, label: str, unit: str) -> Iterator[T]:
         now = time.perf_counter()
         if mode == "lines" and (now - last >= PLAIN_INTERVAL_S or done == total):
             last = now
-            print(f"{label}: {done}/{total} {unit}s ({100 * done / max(total, 1):.0f}%), "
-                  f"{done / max(now - started, 1e-9):.1f} {unit}s/s, {eta_text(done, total, now - started)}", flush=True)
+            units = unit + ("es" if unit.endswith(("ch", "sh", "s", "x")) else "s")
+            print(f"{label}: {done}/{total} {units} ({100 * done / max(total, 1):.0f}%), "
+                  f"{done / max(now - started, 1e-9):.1f} {units}/s, {eta_text(done, total, now - started)}", flush=True)
 
 
 # --- in the driver --------------------------------------------------------------------------------
