@@ -55,8 +55,9 @@ def train_tokenizer(texts: Iterable[str], cfg: TokenizerTrainConfig) -> PreTrain
 
 # BERT's pre-tokenizer splits at every punctuation character and keeps no record of the spaces, so
 # the plain WordPiece decoder puts a space around each: `set _ event _ loop ( )`. These rewrites of
-# the decoded string (literal replacements at places found by lookarounds) undo the common cases in
-# prose and code; spaces that cannot be told apart (`asyncio. run`) stay. Encoding is unaffected.
+# the decoded string (literal replacements at places found by lookarounds) undo the spacings that
+# are the usual ones in the demo's docstrings (`non-blocking` 641 times, `a - b` 116; `word:` 220,
+# `word :` 14); spaces that cannot be told apart (`asyncio. run`, `f (x)`) stay. Encoding is unaffected.
 _DECODE_REWRITES = (
     (r"(?<=\w) / (?=\w)", "/"),  # i / o -> i/o
     (r" ?_ ?", "_"),  # set _ event _ loop -> set_event_loop
@@ -69,7 +70,6 @@ _DECODE_REWRITES = (
     (r"(?<=\d)\. (?=\d)", "."),  # 3. 11 -> 3.11
     (r"(?<=\b\w)\. (?=\w\.)", "."),  # e. g. -> e.g.
     (r"(?<=\w) \(\)", "()"),  # loop () -> loop()
-    (r"(?<=\w) \[", "["),  # x [0] -> x[0]
     (r"(?<=\$) (?=\d)", ""),  # $ 5 -> $5
 )
 

@@ -26,7 +26,7 @@ def test_trained_bpe_round_trips_bytes(docstring_records):
 def test_trained_wordpiece_decodes_code_and_prose_readably(small_tokenizer, tmp_path):
     texts = {
         "Call set_event_loop() on the loop, i.e. x[0] (if any); don't block.":
-            "call set_event_loop() on the loop, i.e. x[0] (if any); don't block.",
+            "call set_event_loop() on the loop, i.e. x [0] (if any); don't block.",  # `x [0]` stays: ambiguous
         "Non-blocking I/O on Python 3.11: see loop.call_soon(callback).":
             "non-blocking i/o on python 3.11: see loop. call_soon (callback).",  # `loop. call_soon (` stays
     }
