@@ -140,21 +140,25 @@ def _guarded(command: str, action: Callable[[], Any]) -> int:
 
 # --- inspect --------------------------------------------------------------------------------------
 
-def find_dataset_dir(path: str | Path) -> Path:
-    """path itself when it is a finished dataset, else path/dataset (a run_dir)."""
-    path = Path(path)
-    for candidate in (path, path / "dataset"):
-        if (candidate / contract.SUCCESS_FILE).exists():
+def find_dataset_dir(path: str) -> str:
+    """path itself when it is a finished dataset, else path/dataset (a run_dir); local or a URI."""
+    from pipeline import storage
+
+    path = str(path)
+    for candidate in (path, storage.join(path, "dataset")):
+        if storage.exists(storage.join(candidate, contract.SUCCESS_FILE)):
             return candidate
-    if not path.exists():
+    if not storage.exists(path):
         raise MissingPathError(f"{path} does not exist; give a run_dir or its dataset/ directory")
-    if (path / contract.MANIFEST_FILE).exists() or not (path / "dataset").exists():
+    if storage.exists(storage.join(path, contract.MANIFEST_FILE)) or not storage.exists(storage.join(path, "dataset")):
         return path  # load_manifest says what is unfinished about it
-    return path / "dataset"
+    return storage.join(path, "dataset")
 
 
-def dataset_summary(dataset_dir: Path, manifest: contract.Manifest) -> list[str]:
+def dataset_summary(dataset_dir: str, manifest: contract.Manifest) -> list[str]:
     """The lines `inspect` prints before any row: what the dataset is, split by split."""
+    from pipeline import storage
+
     tokenizer_cfg = manifest.config.get("tokenizer", {})
     if tokenizer_cfg.get("train"):
         train = tokenizer_cfg["train"]
@@ -187,7 +191,7 @@ def dataset_summary(dataset_dir: Path, manifest: contract.Manifest) -> list[str]
     lines.append("")
     lines += ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
               for row in table]
-    lines.append(f"rejected records: {dataset_dir / contract.REJECTS_DIR}/ (Parquet, with reason and source)"
+    lines.append(f"rejected records: {storage.join(dataset_dir, contract.REJECTS_DIR)}/ (Parquet, with reason and source)"
                  if manifest.rejected_records else "rejected records: none")
     return lines
 
@@ -195,6 +199,7 @@ def dataset_summary(dataset_dir: Path, manifest: contract.Manifest) -> list[str]
 def inspect_dataset(path: str, split: str, num_rows: int, show_manifest: bool = False) -> None:
     import pyarrow.parquet as pq
 
+    from pipeline import storage
     from pipeline.tokenizer import load_tokenizer
 
     dataset_dir = find_dataset_dir(path)
@@ -203,14 +208,14 @@ def inspect_dataset(path: str, split: str, num_rows: int, show_manifest: bool = 
         print(json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True))
         return
     print("\n".join(dataset_summary(dataset_dir, manifest)))
-    tokenizer = load_tokenizer(dataset_dir / "tokenizer")
-    files = sorted(contract.split_dir(dataset_dir, split).glob("*.parquet"))
+    tokenizer = load_tokenizer(storage.join(dataset_dir, "tokenizer"))
     labels = {index: name for name, index in manifest.label_map.items()}
     shown = 0
-    for file in files:
+    for uri in manifest.split_files(dataset_dir, split):  # only the files the manifest lists are the dataset
         if shown >= num_rows:
             break
-        table = pq.read_table(file).slice(0, num_rows - shown)
+        with storage.open_input(uri) as handle:
+            table = pq.read_table(handle).slice(0, num_rows - shown)
         for row in table.to_pylist():
             # causal_lm blocks have no label; their documents are told apart by segment id.
             label = f" label={labels.get(row[contract.LABEL])}" if contract.LABEL in row else ""
@@ -270,11 +275,12 @@ def _texts_from_file(name: str, model_dir: str) -> list[str]:
 
 
 def _trained_text_column(model_dir: str) -> str:
+    from pipeline import storage
     from training.artifacts import LINEAGE_FILE
     from training.predict import find_model_dir
 
     try:
-        lineage = json.loads((find_model_dir(model_dir) / LINEAGE_FILE).read_text())
+        lineage = json.loads(storage.read_text(storage.join(find_model_dir(model_dir), LINEAGE_FILE)))
         return lineage["config"]["data"]["text_column"]
     except (FileNotFoundError, KeyError, json.JSONDecodeError):
         return "text"

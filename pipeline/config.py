@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -299,11 +300,54 @@ class EvalConfig(_Strict):
     """Rows per evaluation batch."""
 
 
+class ReaderConfig(_Strict):
+    """How training and evaluation read the dataset's row groups."""
+
+    backend: Literal["petastorm", "pyarrow"] = "petastorm"
+    """What reads row groups: `petastorm` (make_batch_reader streams), or `pyarrow` (pyarrow.fs, which needs no petastorm or pyspark)."""
+
+
+class S3StorageConfig(_Strict):
+    """S3 (and S3-compatible stores such as MinIO) options."""
+
+    endpoint: str | None = None
+    """The S3 endpoint, e.g. http://minio:9000; when null, AWS_ENDPOINT_URL(_S3) from the environment, else AWS itself."""
+    region: str | None = None
+    """The bucket's region; when null, AWS_REGION / AWS_DEFAULT_REGION."""
+    anonymous: bool = False
+    """Send no credentials (public buckets)."""
+
+
+class StorageConfig(_Strict):
+    """Non-secret store options; credentials always come from the store's own chain (environment,
+    profile files, instance role), so they never land in a saved config, manifest or log."""
+
+    s3: S3StorageConfig = Field(default_factory=S3StorageConfig)
+    """S3 options (see storage.s3.*)."""
+    connect_timeout_s: float = Field(10.0, gt=0)
+    """Seconds to wait for a connection to the store."""
+    request_timeout_s: float = Field(60.0, gt=0)
+    """Seconds to wait for one request to the store."""
+    max_attempts: int = Field(3, ge=1)
+    """Attempts per request, so a wrong endpoint or bucket fails in seconds."""
+    local_dir: str | None = None
+    """Local disk for what cannot be appended to on an object store (logs, TensorBoard); when null, run_dir itself when it is local, else a folder under ~/.cache/shardline."""
+
+    def options(self):
+        from pipeline.storage import StorageOptions
+
+        return StorageOptions(
+            s3_endpoint=self.s3.endpoint, s3_region=self.s3.region, s3_anonymous=self.s3.anonymous,
+            connect_timeout_s=self.connect_timeout_s, request_timeout_s=self.request_timeout_s,
+            max_attempts=self.max_attempts,
+        )
+
+
 class ShardlineConfig(_Strict):
     """A whole run: every stage reads this one tree."""
 
     run_dir: str
-    """The run's directory: dataset/, tokenizer/, model/, logs/, stages/, checkpoints/, metrics and eval.json all go under it."""
+    """The run's directory, a local path or a URI (s3://bucket/runs/x, gs://…, hdfs://…): dataset/, tokenizer/, model/, logs/, stages/, checkpoints/, metrics and eval.json all go under it."""
     data: DataConfig
     """The input corpus (see data.*)."""
     tokenizer: TokenizerConfig
@@ -316,6 +360,10 @@ class ShardlineConfig(_Strict):
     """Training (see train.*)."""
     eval: EvalConfig = Field(default_factory=EvalConfig)
     """Evaluation (see eval.*)."""
+    reader: ReaderConfig = Field(default_factory=ReaderConfig)
+    """How the dataset is read (see reader.*)."""
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    """Store options for URIs in run_dir and data.input (see storage.*)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -346,18 +394,37 @@ class ShardlineConfig(_Strict):
                                                    "lower preprocess.max_length")
         return self
 
-    # Paths every stage agrees on; derived, never configured, so they cannot disagree.
-    @property
-    def dataset_dir(self) -> Path:
-        return Path(self.run_dir) / "dataset"
+    # Locations every stage agrees on: URI strings joined through the storage layer, derived and
+    # never configured, so they cannot disagree.
+    def run_path(self, *parts: str) -> str:
+        from pipeline import storage
+
+        return storage.join(self.run_dir, *parts)
 
     @property
-    def tokenizer_dir(self) -> Path:
-        return Path(self.run_dir) / "tokenizer"
+    def dataset_dir(self) -> str:
+        return self.run_path("dataset")
 
     @property
-    def model_dir(self) -> Path:
-        return Path(self.run_dir) / "model"
+    def tokenizer_dir(self) -> str:
+        return self.run_path("tokenizer")
+
+    @property
+    def model_dir(self) -> str:
+        return self.run_path("model")
+
+    @property
+    def local_dir(self) -> str:
+        """Local disk for files that are appended to (logs, TensorBoard): run_dir itself when it is
+        local, else storage.local_dir or a folder under ~/.cache/shardline named after run_dir."""
+        from pipeline import storage
+
+        if self.storage.local_dir:
+            return storage.normalize(self.storage.local_dir)
+        if storage.is_local(self.run_dir):
+            return storage.normalize(self.run_dir)
+        digest = hashlib.sha256(self.run_dir.encode()).hexdigest()[:12]
+        return os.path.join(os.path.expanduser("~"), ".cache", "shardline", "runs", digest)
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
@@ -451,21 +518,27 @@ def build_config(tree: dict[str, Any], overrides: list[str] = ()) -> ShardlineCo
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> ShardlineConfig:
+    """Load, override, validate; then point this process's storage layer at the config's options."""
+    from pipeline import storage
+
     tree: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
-        if not path.exists():
+        path = str(path)
+        if storage.info(path) is None:
             raise ConfigError(f"config file {path} does not exist")
         try:
-            loaded = yaml.safe_load(path.read_text())
+            loaded = yaml.safe_load(storage.read_text(path))
         except yaml.YAMLError as error:
             raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping at the top level")
         tree = loaded or {}
-    return build_config(tree, overrides)
+    config = build_config(tree, overrides)
+    storage.configure(config.storage.options())
+    return config
 
 
-def save_config(config: ShardlineConfig, path: str | Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+def save_config(config: ShardlineConfig, uri: str) -> None:
+    from pipeline import storage
+
+    storage.write_text(str(uri), yaml.safe_dump(config.to_dict(), sort_keys=False))

@@ -7,20 +7,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import uuid
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline import storage
 from pipeline.errors import ShardlineError
 
 # 1: classification rows (id, input_ids, attention_mask, label), manifest.json + _SUCCESS.
 # 2: causal_lm rows (position_ids, segment_ids); row groups per split a multiple of shard.divisible_by;
 #    manifest gains documents, padding/truncation/packing counts, histograms. Version-1 manifests still load.
-SCHEMA_VERSION = 2
+# 3: the manifest is the dataset's index: every data and rejects file with its bytes, row groups and
+#    sha256 (writer tasks write unique attempt names; only the files listed are the dataset), and one
+#    dataset_fingerprint that the job's skip check, the driver and the trainer all compare.
+SCHEMA_VERSION = 3
 
 # Column names. Token columns are list<int32>: Spark 3.5's Arrow path rejects FixedSizeList.
 ID_COLUMN = "id"  # stable document id (string); drives the split, so it must not depend on order
@@ -43,6 +43,16 @@ SUCCESS_FILE = "_SUCCESS"  # written after the manifest; a dataset without it is
 REJECTS_DIR = "rejects"
 
 
+class DataFile(BaseModel):
+    """One Parquet file of the dataset, as its writer task reported it."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str  # relative to the dataset directory, '/'-separated: train/part-00000-<attempt>.parquet
+    bytes: int
+    row_group_rows: list[int]  # rows per row group, in order
+    sha256: str  # of the whole file: a reader refuses a file that changed after publishing
+
+
 class SplitStats(BaseModel):
     model_config = ConfigDict(extra="forbid")
     rows: int
@@ -58,6 +68,8 @@ class SplitStats(BaseModel):
     truncated_fraction: float = 0.0  # truncated_documents / documents
     dropped_tokens: int = 0  # causal_lm with drop_remainder: tokens of the dropped partial blocks
     length_histogram: dict[str, int] = Field(default_factory=dict)  # documents by token count, "<=N" bins
+    # Schema 3: the split's files in read order (their row groups, concatenated, are row_group_rows).
+    files: list[DataFile] = Field(default_factory=list)
 
 
 class Manifest(BaseModel):
@@ -79,6 +91,9 @@ class Manifest(BaseModel):
     token_count: int
     splits: dict[str, SplitStats]
     input_files: list[dict[str, Any]] = Field(default_factory=list)
+    # Schema 3: what the dataset is, as one hash (see dataset_fingerprint), and the rejects' files.
+    dataset_fingerprint: str = ""
+    rejects_files: list[DataFile] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)
     stage_seconds: dict[str, float] = Field(default_factory=dict)
     config: dict[str, Any]  # the resolved config the dataset was built from
@@ -87,29 +102,31 @@ class Manifest(BaseModel):
     def num_labels(self) -> int:
         return len(self.label_map)
 
+    def split_files(self, dataset_dir: str, split: str) -> list[str]:
+        """The split's data files (URIs) in read order: only these are the dataset; anything else
+        under dataset_dir (an attempt of a failed or speculative task) is not."""
+        return [storage.join(str(dataset_dir), f.path) for f in self.splits[split].files]
 
-def split_dir(dataset_dir: str | Path, split: str) -> Path:
-    return Path(dataset_dir) / split
+
+def split_dir(dataset_dir: str, split: str) -> str:
+    return storage.join(str(dataset_dir), split)
 
 
-def write_json_atomic(path: str | Path, payload: Any) -> None:
+def dataset_fingerprint(config: dict[str, Any], input_files: list[dict[str, Any]]) -> str:
+    """The dataset's identity: schema version + the config sections it is built from + its input
+    files (path, bytes, modification time). Nothing wall-clock: a rebuild of the same input with
+    the same config has the same fingerprint, so nothing downstream reruns."""
+    payload = {
+        "schema_version": SCHEMA_VERSION,
+        "config": {name: config.get(name) for name in DATASET_SECTIONS},
+        "input_files": input_files,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def write_json_atomic(uri: str, payload: Any) -> None:
     """Write JSON so that a reader sees either the old file or the whole new one, never a part."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-
-
-def swap_in_dir(staging_dir: Path, final_dir: Path) -> None:
-    """Put a finished staging directory at final_dir; an existing one is moved aside first, so a
-    reader sees the old directory or the new one, never a mix."""
-    if final_dir.exists():
-        retired = final_dir.parent / f".{final_dir.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(final_dir, retired)
-        os.replace(staging_dir, final_dir)
-        shutil.rmtree(retired, ignore_errors=True)
-    else:
-        os.replace(staging_dir, final_dir)
+    storage.write_text(str(uri), json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
 
 class DatasetConflictError(ShardlineError):
@@ -127,20 +144,16 @@ class DatasetNotReadyError(ShardlineError):
     """A dataset directory without _SUCCESS: its preprocess job never finished there."""
 
 
-def load_manifest(dataset_dir: str | Path) -> Manifest:
+def load_manifest(dataset_dir: str) -> Manifest:
     """Read a finished dataset's manifest; refuse a dataset whose job did not complete."""
-    dataset_dir = Path(dataset_dir)
-    if not (dataset_dir / SUCCESS_FILE).exists():
+    dataset_dir = str(dataset_dir)
+    if storage.info(storage.join(dataset_dir, SUCCESS_FILE)) is None:
         raise DatasetNotReadyError(
             f"{dataset_dir} has no {SUCCESS_FILE}: the preprocess job did not finish there. "
             "Run `shardline preprocess` (with --force to rebuild) before training."
         )
-    return Manifest.model_validate_json((dataset_dir / MANIFEST_FILE).read_text())
+    return Manifest.model_validate_json(storage.read_text(storage.join(dataset_dir, MANIFEST_FILE)))
 
 
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+def file_sha256(uri: str) -> str:
+    return storage.sha256(str(uri))

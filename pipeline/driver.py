@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline import console, contract
+from pipeline import console, contract, inputs, storage
 from pipeline.config import ShardlineConfig, save_config
 from pipeline.errors import MissingPathError, ShardlineError
 
@@ -103,8 +103,14 @@ def evaluate_command(config: ShardlineConfig, config_path: Path) -> list[str]:
     return [sys.executable, "-m", "training.evaluate", "--config", str(config_path)]
 
 
+def resolved_config_path(config: ShardlineConfig) -> str:
+    """The resolved config every stage is started with: a local file (stages and spark-submit read
+    it before any storage option is known), copied to run_dir as the run's record."""
+    return os.path.join(config.local_dir, RESOLVED_CONFIG)
+
+
 def stage_command(stage: str, config: ShardlineConfig, force_preprocess: bool = False) -> list[str]:
-    config_path = Path(config.run_dir) / RESOLVED_CONFIG
+    config_path = Path(resolved_config_path(config))
     if stage == "preprocess":
         return spark_submit_command(config, config_path, force_preprocess)
     if stage == "train":
@@ -114,22 +120,26 @@ def stage_command(stage: str, config: ShardlineConfig, force_preprocess: bool = 
 
 # --- markers --------------------------------------------------------------------------------------
 
-def stage_output(stage: str, config: ShardlineConfig) -> Path:
-    """The file whose presence says the stage's output is complete."""
+def stage_output(stage: str, config: ShardlineConfig) -> str:
+    """The file whose presence says the stage's output is complete (each is written last)."""
     return {
-        "preprocess": config.dataset_dir / contract.SUCCESS_FILE,
-        "train": config.model_dir,
-        "evaluate": Path(config.run_dir) / "eval.json",
+        "preprocess": storage.join(config.dataset_dir, contract.SUCCESS_FILE),
+        "train": storage.join(config.model_dir, storage.COMMIT_FILE),
+        "evaluate": config.run_path("eval.json"),
     }[stage]
 
 
-def marker_path(config: ShardlineConfig, stage: str) -> Path:
-    return Path(config.run_dir) / MARKER_DIR / f"{stage}.json"
+def output_exists(stage: str, config: ShardlineConfig) -> bool:
+    return storage.info(stage_output(stage, config)) is not None
+
+
+def marker_path(config: ShardlineConfig, stage: str) -> str:
+    return config.run_path(MARKER_DIR, f"{stage}.json")
 
 
 def read_marker(config: ShardlineConfig, stage: str) -> dict[str, Any] | None:
     try:
-        return json.loads(marker_path(config, stage).read_text())
+        return json.loads(storage.read_text(marker_path(config, stage)))
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
@@ -139,24 +149,22 @@ def section_hashes(config: ShardlineConfig, stage: str) -> dict[str, str]:
 
 
 def stage_inputs(config: ShardlineConfig, stage: str) -> dict[str, Any]:
-    """What a stage reads besides its config: a change here reruns it even with the same config."""
+    """What a stage reads besides its config, as the one dataset identity the Spark job and the
+    trainer use too: a change here reruns it even with the same config."""
     if stage == "preprocess":
-        from spark_jobs.read import resolve_input_files
-
-        files = []
-        for name in resolve_input_files(config.data.input):
-            stat = os.stat(name) if os.path.exists(name) else None  # remote inputs: only the name
-            files.append([name, stat.st_size if stat else None, stat.st_mtime_ns if stat else None])
-        return {"input_files": files}
-    manifest = config.dataset_dir / contract.MANIFEST_FILE
-    inputs = {"dataset_manifest_sha256": contract.file_sha256(manifest) if manifest.exists() else None}
+        files = inputs.resolve_input_files(config.data.input)
+        return {"dataset_fingerprint": contract.dataset_fingerprint(config.to_dict(), inputs.input_file_list(files))}
+    try:
+        fingerprint = contract.load_manifest(config.dataset_dir).dataset_fingerprint
+    except (contract.DatasetNotReadyError, FileNotFoundError):
+        fingerprint = None
+    found = {"dataset_fingerprint": fingerprint}
     if stage == "evaluate":
-        inputs["train_run_id"] = (read_marker(config, "train") or {}).get("run_id")
-    return inputs
+        found["train_run_id"] = (read_marker(config, "train") or {}).get("run_id")
+    return found
 
 
 def write_marker(config: ShardlineConfig, stage: str, command: list[str]) -> None:
-    marker_path(config, stage).parent.mkdir(parents=True, exist_ok=True)
     contract.write_json_atomic(marker_path(config, stage), {
         "stage": stage,
         "sections": section_hashes(config, stage),
@@ -171,7 +179,7 @@ def skip_reason(config: ShardlineConfig, stage: str) -> tuple[str | None, bool]:
     marker = read_marker(config, stage)
     if marker is None:
         return f"not done yet in {config.run_dir}", False
-    if not stage_output(stage, config).exists():
+    if not output_exists(stage, config):
         return f"its output {stage_output(stage, config)} is missing", False
     recorded = marker.get("sections", {})
     changed = [name for name, value in section_hashes(config, stage).items() if recorded.get(name) != value]
@@ -189,8 +197,9 @@ def plan_stages(
     selected = STAGES[STAGES.index(first): STAGES.index(last) + 1]
     if not selected:  # only `run --from X --to Y` can ask for this
         raise StageOrderError(f"--from {first} comes after --to {last}; stages run in the order {' -> '.join(STAGES)}")
+    storage.check_reachable(config.run_dir)
     for earlier in STAGES[: STAGES.index(first)]:
-        if not stage_output(earlier, config).exists():
+        if not output_exists(earlier, config):
             raise StageOrderError(
                 f"{first} needs the output of {earlier}, {stage_output(earlier, config)}, which is missing; "
                 f"run `shardline {earlier}` with the same config first (or `shardline run` for every stage)"
@@ -205,10 +214,10 @@ def plan_stages(
         else:
             reason, inputs_only = skip_reason(config, stage)
         if stage == "preprocess" and reason is not None:
-            stage_inputs(config, stage)  # a missing input fails here, in one line, before a JVM starts
+            inputs.resolve_input_files(config.data.input)  # a missing input fails here, in one line, before a JVM starts
             if not force and not inputs_only:
                 refuse_replacing_dataset(config)
-        # Same dataset config but changed input files: the job would skip itself, so make it rebuild.
+        # Same dataset config but changed input files: the job would refuse, so make it rebuild.
         force_preprocess = force or (stage == "preprocess" and inputs_only)
         plans.append(StagePlan(stage, reason is not None, reason or "", stage_command(stage, config, force_preprocess)))
         if reason is not None:
@@ -219,7 +228,7 @@ def plan_stages(
 def refuse_replacing_dataset(config: ShardlineConfig) -> None:
     """The Spark job refuses to overwrite a dataset built from another config unless --force is given:
     say so before starting it, the same way in a dry run and a real one."""
-    if not (config.dataset_dir / contract.SUCCESS_FILE).exists():
+    if not storage.exists(storage.join(config.dataset_dir, contract.SUCCESS_FILE)):
         return
     changed = contract.changed_dataset_sections(contract.load_manifest(config.dataset_dir), config.to_dict())
     if changed:
@@ -257,6 +266,12 @@ def run_logged(stage: str, command: list[str], log_path: Path, verbosity: int = 
     print(f"{stage}: done in {console.format_duration(time.perf_counter() - started)}", flush=True)
 
 
+def publish_log(config: ShardlineConfig, log_path: Path) -> None:
+    """Logs are appended on local disk; a run_dir on an object store gets a copy after the stage."""
+    if not storage.is_local(config.run_dir) and log_path.exists():
+        storage.write_bytes(config.run_path("logs", log_path.name), log_path.read_bytes())
+
+
 def run_stages(
     config: ShardlineConfig,
     first: str = STAGES[0],
@@ -267,11 +282,13 @@ def run_stages(
 ) -> list[StagePlan]:
     """Run (or with dry_run, only print) the stages from first to last; returns the plan."""
     plans = plan_stages(config, first, last, force)
-    config_path = Path(config.run_dir) / RESOLVED_CONFIG
+    config_path = resolved_config_path(config)
     if dry_run:
         print(f"dry run: nothing runs; a real run first writes {config_path}")
     else:
         save_config(config, config_path)
+        if config_path != config.run_path(RESOLVED_CONFIG):
+            save_config(config, config.run_path(RESOLVED_CONFIG))
     for plan in plans:
         if not plan.run:
             print(f"{plan.stage}: skipped, already done with this config and inputs (add --force to redo it)",
@@ -280,9 +297,12 @@ def run_stages(
         if dry_run:
             print(f"{plan.stage}: would run ({plan.reason}):\n  {shlex.join(plan.command)}", flush=True)
             continue
-        print(f"{plan.stage}: running ({plan.reason}); full log: {Path(config.run_dir) / 'logs' / f'{plan.stage}.log'}",
-              flush=True)
-        marker_path(config, plan.stage).unlink(missing_ok=True)  # a half-done rerun is not "done"
-        run_logged(plan.stage, plan.command, Path(config.run_dir) / "logs" / f"{plan.stage}.log", verbosity)
+        log_path = Path(config.local_dir) / "logs" / f"{plan.stage}.log"
+        print(f"{plan.stage}: running ({plan.reason}); full log: {log_path}", flush=True)
+        storage.delete(marker_path(config, plan.stage))  # a half-done rerun is not "done"
+        try:
+            run_logged(plan.stage, plan.command, log_path, verbosity)
+        finally:
+            publish_log(config, log_path)
         write_marker(config, plan.stage, plan.command)
     return plans

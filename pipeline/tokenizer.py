@@ -6,6 +6,8 @@ manifest always refer to the same bytes.
 """
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -91,8 +93,22 @@ def _pick(specials: list[str], *wanted: str) -> tuple[str, ...]:
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
-    """Load a tokenizer directory, a bare tokenizer.json, a pkg:// directory, or (online only) a hub name."""
+    """Load a tokenizer directory or a bare tokenizer.json (local or on any store), a pkg://
+    directory, or (online only) a hub name."""
+    from pipeline import storage
+
     path = resolve_local_path(str(path))
+    if not storage.is_local(path):
+        if path.endswith(".json"):
+            with tempfile.TemporaryDirectory() as tmp:
+                local = os.path.join(tmp, storage.basename(path))
+                with open(local, "wb") as handle:
+                    handle.write(storage.read_bytes(path))
+                return load_tokenizer(local)
+        if not storage.exists(path):
+            raise MissingPathError(f"tokenizer directory {path} does not exist")
+        with storage.local_dir_for(path) as local:
+            return load_tokenizer(local)
     path_obj = Path(path)
     if path_obj.is_file():
         tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(path_obj))

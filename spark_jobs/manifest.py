@@ -1,33 +1,20 @@
 """Finishing a dataset: per-split statistics, the manifest, then _SUCCESS.
 
-The manifest and _SUCCESS are written last, inside the temporary directory, and the directory is
-moved into place in one rename: a reader sees no dataset or a whole one.
+No renames (object stores have none): a build first removes _SUCCESS, writes every file under a
+name unique to its task attempt, then writes the manifest, which lists every file that belongs to
+the dataset, and _SUCCESS last. A reader sees no dataset or a whole one, and reads only the files
+the manifest names.
 """
 from __future__ import annotations
 
 import sys
 import uuid
-from pathlib import Path
 
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipeline import contract
+from pipeline import contract, storage
 from spark_jobs.encode import DOC_LENGTHS, DOCUMENTS, DROPPED, SPLIT, TRUNCATED
-
-
-def parquet_files(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.glob("*.parquet") if not p.name.startswith((".", "_")))
-
-
-def row_group_rows(directory: Path) -> list[int]:
-    """Rows in each row group of each Parquet file, in file order (read from footers only)."""
-    rows: list[int] = []
-    for path in parquet_files(directory):
-        metadata = pq.ParquetFile(path).metadata
-        rows.extend(metadata.row_group(i).num_rows for i in range(metadata.num_row_groups))
-    return rows
 
 
 def token_stats(encoded: DataFrame) -> dict[str, dict]:
@@ -51,10 +38,10 @@ def token_stats(encoded: DataFrame) -> dict[str, dict]:
     return totals
 
 
-def split_stats(directory: Path, totals: dict | None, max_length: int) -> contract.SplitStats:
-    """A split's stats: rows and row groups from the Parquet footers, the rest from token_stats."""
+def split_stats(files: list[contract.DataFile], totals: dict | None, max_length: int) -> contract.SplitStats:
+    """A split's stats: rows and row groups from what the writer tasks wrote, the rest from token_stats."""
     totals = totals or {}
-    groups = row_group_rows(directory)
+    groups = [rows for f in files for rows in f.row_group_rows]
     rows, documents = sum(groups), int(totals.get("documents") or 0)
     tokens = int(totals.get("tokens") or 0)
     padding = rows * max_length - tokens
@@ -63,7 +50,7 @@ def split_stats(directory: Path, totals: dict | None, max_length: int) -> contra
     return contract.SplitStats(
         rows=rows,
         tokens=tokens,
-        num_files=len(parquet_files(directory)),
+        num_files=len(files),
         num_row_groups=len(groups),
         row_group_rows=groups,
         documents=documents,
@@ -73,6 +60,7 @@ def split_stats(directory: Path, totals: dict | None, max_length: int) -> contra
         truncated_fraction=round(truncated / documents, 6) if documents else 0.0,
         dropped_tokens=int(totals.get("dropped_tokens") or 0),
         length_histogram=dict(sorted(histogram.items(), key=lambda kv: int(kv[0][2:]))),
+        files=files,
     )
 
 
@@ -92,13 +80,38 @@ def versions(spark_version: str) -> dict[str, str]:
     }
 
 
-def new_staging_dir(final_dir: Path) -> Path:
-    final_dir.parent.mkdir(parents=True, exist_ok=True)
-    return final_dir.parent / f".{final_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
+def begin_build(dataset_dir: str) -> str:
+    """Uncommit and clear dataset_dir before a build: _SUCCESS goes first, so no reader takes the
+    directory for a dataset from then on; then everything else, stale attempt files of a killed
+    earlier run included. Returns the build id that this build's file names carry."""
+    storage.delete(storage.join(dataset_dir, contract.SUCCESS_FILE))
+    storage.delete(storage.join(dataset_dir, contract.MANIFEST_FILE))
+    storage.delete_tree(dataset_dir)
+    storage.makedirs(dataset_dir)
+    return uuid.uuid4().hex[:8]
 
 
-def publish(staging_dir: Path, final_dir: Path, manifest: contract.Manifest) -> None:
-    """Write manifest + _SUCCESS into staging, then swap it in for final_dir."""
-    contract.write_json_atomic(staging_dir / contract.MANIFEST_FILE, manifest.model_dump(mode="json"))
-    (staging_dir / contract.SUCCESS_FILE).write_text("")
-    contract.swap_in_dir(staging_dir, final_dir)
+# Kept in a dataset directory besides the files the manifest lists.
+_PUBLISHED_NAMES = (contract.MANIFEST_FILE, contract.SUCCESS_FILE)
+_PUBLISHED_DIRS = ("tokenizer",)
+
+
+def remove_unlisted(dataset_dir: str, manifest: contract.Manifest) -> list[str]:
+    """Delete what the manifest does not name: files of failed, retried or speculative task attempts.
+    Returns their relative paths."""
+    listed = {f.path for stats in manifest.splits.values() for f in stats.files}
+    listed |= {f.path for f in manifest.rejects_files}
+    removed = []
+    for entry in storage.list_files(dataset_dir):
+        name = storage.relative(entry.uri, dataset_dir)
+        if name in listed or name in _PUBLISHED_NAMES or name.split("/")[0] in _PUBLISHED_DIRS:
+            continue
+        storage.delete(entry.uri)
+        removed.append(name)
+    return removed
+
+
+def publish(dataset_dir: str, manifest: contract.Manifest) -> None:
+    """The commit: manifest.json, then _SUCCESS, each a single write (no rename on object stores)."""
+    contract.write_json_atomic(storage.join(dataset_dir, contract.MANIFEST_FILE), manifest.model_dump(mode="json"))
+    storage.write_bytes(storage.join(dataset_dir, contract.SUCCESS_FILE), b"")

@@ -11,7 +11,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -25,12 +24,12 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline import contract
+from pipeline import contract, inputs, storage
 from pipeline.config import ConfigError, ShardlineConfig, load_config, save_config
 from pipeline.errors import ShardlineError
 from pipeline.tokenizer import backend_json, load_tokenizer, train_tokenizer
 from spark_jobs import clean, encode, read, shard, split
-from spark_jobs.manifest import new_staging_dir, publish, token_stats, versions
+from spark_jobs.manifest import begin_build, publish, remove_unlisted, token_stats, versions
 from spark_jobs.manifest import split_stats as split_stats_of
 from spark_jobs.progress import SparkProgress
 
@@ -41,29 +40,29 @@ DATASET_SECTIONS = contract.DATASET_SECTIONS
 DatasetConflictError = contract.DatasetConflictError
 
 
-def check_existing(config: ShardlineConfig, force: bool) -> bool:
-    """True when an identical finished dataset is already there (skip); raise on a different one."""
+def check_existing(config: ShardlineConfig, files: list, force: bool) -> bool:
+    """True when the finished dataset there has this config's fingerprint (skip); raise when it was
+    built from another config or other input files, unless forced."""
     dataset_dir = config.dataset_dir
-    if force or not (dataset_dir / contract.SUCCESS_FILE).exists():
+    if force or storage.info(storage.join(dataset_dir, contract.SUCCESS_FILE)) is None:
         return False
     existing = contract.load_manifest(dataset_dir)
+    if existing.dataset_fingerprint == dataset_fingerprint(config, files):
+        return True
     changed = contract.changed_dataset_sections(existing, config.to_dict())
     if changed:
         raise DatasetConflictError(
             f"{dataset_dir} was built from a different config (sections {changed} differ); "
             "use another run_dir, or pass --force to rebuild it"
         )
-    if existing.input_files != input_file_list(read.resolve_input_files(config.data.input)):
-        raise DatasetConflictError(
-            f"{dataset_dir} was built from different input files (names or sizes changed under "
-            f"{config.data.input}); pass --force to rebuild it"
-        )
-    return True
+    raise DatasetConflictError(
+        f"{dataset_dir} was built from different input files (names, sizes or modification times changed "
+        f"under {config.data.input}); pass --force to rebuild it"
+    )
 
 
-def input_file_list(files: list[str]) -> list[dict]:
-    """What the manifest records of the input, and what a rerun compares against."""
-    return [{"path": f, "bytes": os.path.getsize(f)} for f in files if os.path.exists(f)]
+def dataset_fingerprint(config: ShardlineConfig, files: list) -> str:
+    return contract.dataset_fingerprint(config.to_dict(), inputs.input_file_list(files))
 
 
 TOKENIZER_FINGERPRINT_FILE = "shardline_training_sample.sha256"  # beside a trained tokenizer
@@ -80,20 +79,19 @@ def prepare_tokenizer(config: ShardlineConfig, texts: DataFrame, num_texts: int)
         # sample gives a different vocabulary each time. Reuse the run's tokenizer when it was
         # trained on exactly this sample and settings, so a rebuild (--force) gives identical shards.
         fingerprint = _training_fingerprint(config, rows)
-        marker = config.tokenizer_dir / TOKENIZER_FINGERPRINT_FILE
-        if marker.exists() and marker.read_text() == fingerprint:
+        marker = storage.join(config.tokenizer_dir, TOKENIZER_FINGERPRINT_FILE)
+        if storage.info(marker) is not None and storage.read_text(marker) == fingerprint:
             print(f"preprocess: reusing {config.tokenizer_dir}, trained on this same sample")
             return load_tokenizer(config.tokenizer_dir)
         tokenizer = train_tokenizer(rows, config.tokenizer.train)
     else:
         tokenizer, fingerprint = load_tokenizer(config.tokenizer.path), None
-    if config.tokenizer_dir.exists():
-        shutil.rmtree(config.tokenizer_dir)
-    tokenizer.save_pretrained(str(config.tokenizer_dir))
-    if fingerprint is not None:
-        (config.tokenizer_dir / TOKENIZER_FINGERPRINT_FILE).write_text(fingerprint)
+    with storage.staged_local_dir(config.tokenizer_dir) as staging:
+        tokenizer.save_pretrained(staging)
+        if fingerprint is not None:
+            with open(f"{staging}/{TOKENIZER_FINGERPRINT_FILE}", "w") as handle:
+                handle.write(fingerprint)
     return tokenizer
-
 
 
 def _training_fingerprint(config: ShardlineConfig, texts: list[str]) -> str:
@@ -153,7 +151,7 @@ def label_map_of(config: ShardlineConfig, docs: DataFrame) -> dict[str, int]:
     return {name: index for index, name in enumerate(names)}
 
 
-def build_dataset(spark: SparkSession, config: ShardlineConfig) -> contract.Manifest:
+def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | None = None) -> contract.Manifest:
     pre = config.preprocess
     timings: dict[str, float] = {}
     clock = time.perf_counter()
@@ -164,19 +162,21 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig) -> contract.Mani
         clock = time.perf_counter()
         print(f"preprocess: {stage} done in {timings[stage]:.1f} s", flush=True)
 
-    files = read.resolve_input_files(config.data.input)
+    files = files if files is not None else read.resolve_input_files(config.data.input)
+    dataset_dir = config.dataset_dir
+    build_id = begin_build(dataset_dir)
     records = clean_records(read.read_corpus(spark, config.data, files), config)
     records = records.persist(StorageLevel.MEMORY_AND_DISK)  # read and cleaned once, used four times
-    staging = new_staging_dir(config.dataset_dir)
     good, rejected = read.split_rejects(records)
-    rejected.write.option("compression", "zstd").parquet(str(staging / contract.REJECTS_DIR))
+    rejects_files = shard.write_rejects(rejected, dataset_dir, "zstd", build_id)
     by_reason = {r[0]: r[1] for r in records.groupBy(read.REJECT_REASON).count().collect()}
     num_good = by_reason.pop(None, 0)
     rejects_by_reason = by_reason
     lap("read_clean")
 
     tokenizer = prepare_tokenizer(config, good.select(read.TEXT), num_good)
-    tokenizer.save_pretrained(str(staging / "tokenizer"))  # the dataset decodes on its own
+    with storage.staged_local_dir(storage.join(dataset_dir, "tokenizer")) as staging:
+        tokenizer.save_pretrained(staging)  # the dataset decodes on its own
     label_map = label_map_of(config, good)
     lap("tokenizer")
 
@@ -195,18 +195,19 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig) -> contract.Mani
     rows_per_split, bases = shard.count_positions(indexed)
     bytes_per_row = shard.row_bytes(pre.max_length, pre.task)
     plans = {name: shard.plan_split(name, rows_per_split.get(name, 0), bytes_per_row, pre.shard) for name in contract.SPLITS}
-    for name in contract.SPLITS:
-        (staging / name).mkdir(parents=True)
     columns = contract_columns(pre.task)
     written = shard.write_shards(
-        shard.with_layout(indexed, bases, plans), plans, columns, str(staging), pre.shard.compression
+        shard.with_layout(indexed, bases, plans), plans, columns, dataset_dir, pre.shard.compression, build_id
     )
     schema = shard.arrow_schema(encoded.select(*columns).schema)
-    shard.write_missing_files(plans, written, schema, str(staging), pre.shard.compression)
+    written += shard.write_missing_files(plans, written, schema, dataset_dir, pre.shard.compression, build_id)
     encoded.unpersist()
     lap("shard_write")
 
-    split_stats = {name: split_stats_of(staging / name, totals.get(name), pre.max_length) for name in contract.SPLITS}
+    split_stats = {
+        name: split_stats_of([w.data_file() for w in sorted(written) if w.split == name], totals.get(name), pre.max_length)
+        for name in contract.SPLITS
+    }
     documents = sum(s.documents for s in split_stats.values())
     rejected_total = sum(rejects_by_reason.values())
     manifest = contract.Manifest(
@@ -216,7 +217,7 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig) -> contract.Mani
         vocab_size=len(tokenizer),
         pad_id=tokenizer.pad_token_id,
         eos_id=causal_lm_eos_id(tokenizer) if pre.task == "causal_lm" else None,
-        tokenizer_sha256=contract.file_sha256(config.tokenizer_dir / "tokenizer.json"),
+        tokenizer_sha256=contract.file_sha256(storage.join(config.tokenizer_dir, "tokenizer.json")),
         label_map=label_map,
         input_records=num_good + rejected_total,
         rejected_records=rejected_total,
@@ -224,12 +225,17 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig) -> contract.Mani
         duplicates_removed=num_good - documents,
         token_count=sum(s.tokens for s in split_stats.values()),
         splits=split_stats,
-        input_files=input_file_list(files),
+        input_files=inputs.input_file_list(files),
+        dataset_fingerprint=dataset_fingerprint(config, files),
+        rejects_files=[w.data_file() for w in rejects_files],
         versions=versions(spark.version),
         stage_seconds=timings,
         config=config.to_dict(),
     )
-    publish(staging, config.dataset_dir, manifest)
+    removed = remove_unlisted(dataset_dir, manifest)
+    if removed:
+        print(f"preprocess: removed {len(removed)} file(s) of failed or speculative task attempts", flush=True)
+    publish(dataset_dir, manifest)
     return manifest
 
 
@@ -272,17 +278,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         config = load_config(args.config, args.overrides)
-        if check_existing(config, args.force):
+        storage.check_reachable(config.run_dir)
+        files = read.resolve_input_files(config.data.input)
+        if check_existing(config, files, args.force):
             print(f"preprocess: {config.dataset_dir} is already built from this config; skipping")
             return 0
-        save_config(config, Path(config.run_dir) / "config.resolved.yaml")
+        save_config(config, config.run_path("config.resolved.yaml"))
         spark = create_spark_session(config)
         try:
             with SparkProgress(spark.sparkContext):
-                manifest = build_dataset(spark, config)
+                manifest = build_dataset(spark, config, files)
         finally:
             spark.stop()
-    except ShardlineError as error:
+    except ShardlineError as error:  # config, input, store, dataset conflicts: one line, exit 2
         print(f"preprocess: error: {error}", file=sys.stderr)
         return 2
     counts = ", ".join(f"{name} {stats.rows}" for name, stats in manifest.splits.items())

@@ -1,11 +1,13 @@
 """Reading a corpus: formats, explicit schemas, and bad records kept with a reason instead of lost.
 
-`text` and `jsonl` are read by Python on the executors, one task per file chunk: Spark's own readers
+Every format is read by Python on the executors through pipeline.storage, so input on s3://, gs://,
+hdfs:// or local disk needs no Hadoop connector and gets the same accounting. Spark's own readers
 turn invalid UTF-8 into U+FFFD silently and fail the whole job on a corrupt gzip member, while here
-both become counted rejects. Uncompressed files are cut into `data.chunk_mb` byte ranges (a chunk
-owns the lines that start inside it, as Hadoop's line reader does); gzip/bz2 files are one chunk each
-because they cannot be split. `csv` and `parquet` go through Spark's readers with an explicit schema
-(csv) or the footers' schema (parquet): no inference pass over the data.
+both become counted rejects. `text` and `jsonl`: one task per file chunk; uncompressed files are cut
+into `data.chunk_mb` byte ranges (a chunk owns the lines that start inside it, as Hadoop's line
+reader does); gzip/bz2 files are one chunk each because they cannot be split. `csv` (header row,
+every field a string) and `parquet` (the footers' schema): one task per file. There is never a
+schema-inference pass over the data.
 
 Every reader returns the same columns (RECORD_SCHEMA); a row whose `reject_reason` is set is a
 reject, every other row is a document.
@@ -13,21 +15,23 @@ reject, every other row is a document.
 from __future__ import annotations
 
 import bz2
-import glob
+import csv
 import gzip
+import io
 import json
-import os
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from pipeline import inputs, storage
 from pipeline.config import DataConfig
-from pipeline.errors import ShardlineError
+from pipeline.inputs import InputError
 
 TEXT = "text"
 LABEL_RAW = "label_raw"  # the label as found in the input (string), before mapping to an id
@@ -48,42 +52,25 @@ RECORD_SCHEMA = T.StructType([
 ])
 REJECT_COLUMNS = [SOURCE, OFFSET, REJECT_REASON, RECORD, TEXT, LABEL_RAW]  # what rejects/ keeps
 
-_CORRUPT = "_corrupt_record"
 _RECORD_EXCERPT = 4096  # characters of a rejected record kept in rejects/
 _BATCH_ROWS = 8192  # rows per Arrow batch the Python reader yields
 _COMPRESSED = (".gz", ".bz2")
 _EXTENSION_FORMATS = {".txt": "text", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
 
 
-class InputError(ShardlineError, ValueError):
-    """The configured input cannot be read at all (as opposed to bad records inside it)."""
+def resolve_input_files(pattern: str) -> list[storage.FileEntry]:
+    """Expand a path, directory or glob on any store into its data files (see pipeline.inputs)."""
+    return inputs.resolve_input_files(pattern)
 
 
-def resolve_input_files(pattern: str) -> list[str]:
-    """Expand a path, directory or glob into the sorted list of data files it names."""
-    if "://" in pattern and not pattern.startswith("file://"):
-        return [pattern]  # remote filesystems: let Spark expand it
-    pattern = pattern.removeprefix("file://")
-    if os.path.isdir(pattern):
-        files = [str(p) for p in sorted(Path(pattern).rglob("*")) if p.is_file() and not _hidden(p)]
-    else:
-        files = sorted(f for f in glob.glob(pattern, recursive=True) if os.path.isfile(f))
-    if not files:
-        raise InputError(f"data.input {pattern!r} matches no files; check the path or glob")
-    return [os.path.abspath(f) for f in files]
-
-
-def _hidden(path: Path) -> bool:
-    return any(part.startswith((".", "_")) for part in path.parts[-1:])
-
-
-def detect_format(files: list[str], configured: str) -> str:
+def detect_format(files: list, configured: str) -> str:
     if configured != "auto":
         return configured
     suffixes = set()
-    for name in files:
-        stem = name[: -len(Path(name).suffix)] if name.endswith(_COMPRESSED) else name
-        suffixes.add(Path(stem).suffix.lower())
+    for entry in files:
+        name = storage.basename(entry.uri if isinstance(entry, storage.FileEntry) else entry)
+        stem = name[: -len(name.rpartition(".")[2]) - 1] if name.endswith(_COMPRESSED) else name
+        suffixes.add("." + stem.rpartition(".")[2].lower() if "." in stem else "")
     formats = {_EXTENSION_FORMATS.get(s) for s in suffixes}
     if len(formats) != 1 or None in formats:
         raise InputError(
@@ -92,60 +79,170 @@ def detect_format(files: list[str], configured: str) -> str:
     return formats.pop()
 
 
-def read_corpus(spark: SparkSession, cfg: DataConfig, files: list[str]) -> DataFrame:
-    """All input records in RECORD_SCHEMA; rejects carry a reason, documents a null one."""
+def read_corpus(spark: SparkSession, cfg: DataConfig, files: list[storage.FileEntry]) -> DataFrame:
+    """All input records in RECORD_SCHEMA; rejects carry a reason, documents a null one.
+
+    Every format is read by Python on the executors through the storage layer, so s3://, gs://,
+    hdfs:// and local input need no Hadoop connector and get exactly the same bad-record accounting."""
     fmt = detect_format(files, cfg.format)
     if fmt in ("text", "jsonl"):
         return _read_lines(spark, cfg, fmt, files)
     if fmt == "csv":
-        fields = [T.StructField(cfg.text_column, T.StringType())]
-        fields += [T.StructField(c, T.StringType()) for c in (cfg.label_column, cfg.id_column) if c]
-        schema = T.StructType(fields + [T.StructField(_CORRUPT, T.StringType())])
-        df = (
-            spark.read.schema(schema).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", _CORRUPT)
-            .option("header", True).option("multiLine", True).option("escape", '"').csv(files)
-        )
-        corrupt = F.col(_CORRUPT)
-    else:  # parquet: the schema is in the file footers, no inference pass over data
-        df = spark.read.parquet(*files)
-        corrupt = F.lit(None).cast("string")
-    return _standard_columns(df, cfg, corrupt)
+        _check_csv_headers(cfg, files)
+        return _read_per_file(spark, files, _CsvFile(cfg))
+    _check_parquet_schemas(cfg, files)
+    return _read_per_file(spark, files, _ParquetFile(cfg))
 
 
-def _standard_columns(df: DataFrame, cfg: DataConfig, corrupt: Column) -> DataFrame:
-    missing = [c for c in (cfg.text_column, cfg.label_column, cfg.id_column) if c and c not in df.columns]
-    if missing:
-        raise InputError(f"input has no column(s) {missing}; columns are {df.columns}")
-    text_type = df.schema[cfg.text_column].dataType
+def _wanted_columns(cfg: DataConfig) -> list[str]:
+    return [c for c in (cfg.text_column, cfg.label_column, cfg.id_column) if c]
 
-    def as_string(name: str | None) -> Column:
-        return F.col(name).cast("string") if name else F.lit(None).cast("string")
 
-    text_ok = isinstance(text_type, T.StringType)
-    text = F.col(cfg.text_column) if text_ok else F.lit(None).cast("string")
-    reason = F.when(corrupt.isNotNull(), F.lit("malformed_record"))
-    if not text_ok:
-        reason = reason.when(F.col(cfg.text_column).isNotNull(), F.lit("wrong_type"))
-    reason = reason.when(F.col(cfg.text_column).isNull(), F.lit("null_text"))
-    record = F.when(corrupt.isNotNull(), corrupt).when(F.lit(not text_ok), as_string(cfg.text_column))
-    return df.select(
-        text.alias(TEXT),
-        as_string(cfg.label_column).alias(LABEL_RAW),
-        as_string(cfg.id_column).alias(ID_RAW),
-        F.input_file_name().alias(SOURCE),
-        F.lit(None).cast("long").alias(OFFSET),
-        reason.alias(REJECT_REASON),
-        F.substring(record, 1, _RECORD_EXCERPT).alias(RECORD),
-    )
+def _check_csv_headers(cfg: DataConfig, files: list[storage.FileEntry]) -> None:
+    for entry in files:
+        if entry.size == 0:
+            continue  # an empty file is one empty_file reject, not a configuration problem
+        with storage.open_binary(entry.uri) as raw:
+            header = next(csv.reader(io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")), [])
+        missing = [c for c in _wanted_columns(cfg) if c not in header]
+        if missing:
+            raise InputError(f"{entry.uri} has no column(s) {missing}; its header is {header}")
+
+
+def _check_parquet_schemas(cfg: DataConfig, files: list[storage.FileEntry]) -> None:
+    for entry in files:
+        with storage.open_input(entry.uri) as handle:
+            names = pq.read_schema(handle).names
+        missing = [c for c in _wanted_columns(cfg) if c not in names]
+        if missing:
+            raise InputError(f"{entry.uri} has no column(s) {missing}; its columns are {names}")
+
+
+def _read_per_file(spark: SparkSession, files: list[storage.FileEntry], parse) -> DataFrame:
+    """One task per file; `parse(uri)` yields RECORD_SCHEMA tuples."""
+    uris = [f.uri for f in files]
+    options = storage.current_options()
+
+    def read_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        storage.configure(options)
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                yield from _batches(parse(uris[index]))
+
+    return spark.range(len(uris), numPartitions=max(1, len(uris))).mapInArrow(read_files, RECORD_SCHEMA)
+
+
+class _CsvFile:
+    """A csv file with a header row: quoted fields may span lines; a row whose field count differs
+    from the header's, or that the csv module cannot parse, is malformed_record; undecodable bytes
+    are invalid_utf8 (Spark's reader would silently turn them into U+FFFD)."""
+
+    def __init__(self, cfg: DataConfig):
+        self.cfg = cfg
+
+    def __call__(self, uri: str) -> Iterator[tuple]:
+        source = storage.as_uri(uri)
+        try:
+            raw = storage.open_binary(uri)
+        except OSError as error:
+            yield _error_reject(error, source, 0)
+            return
+        with raw:
+            text = io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape", newline="")
+            rows = csv.reader(text, strict=True)
+            try:
+                header = next(rows, None)
+            except (csv.Error, *_READ_ERRORS) as error:
+                yield _reject("malformed_record", source, None, f"header: {error}")
+                return
+            if header is None:
+                yield _error_reject(EmptyFile(), source, 0)
+                return
+            position = {name: header.index(name) for name in _wanted_columns(self.cfg)}
+            while True:
+                try:
+                    row = next(rows)
+                except StopIteration:
+                    return
+                except csv.Error as error:
+                    yield _reject("malformed_record", source, None, f"line {rows.line_num}: {error}")
+                    continue
+                except _READ_ERRORS as error:
+                    yield _error_reject(error, source, None)
+                    return
+                if not any(field.strip() for field in row):
+                    continue  # blank lines separate records, as in text and jsonl
+                yield self._record(row, header, position, source)
+
+    def _record(self, row: list[str], header: list[str], position: dict[str, int], source: str) -> tuple:
+        raw = ",".join(row)
+        if len(row) != len(header):
+            return _reject("malformed_record", source, None, raw.encode("utf-8", "surrogateescape"))
+        if any(_has_surrogates(field) for field in row):
+            return _reject("invalid_utf8", source, None, raw.encode("utf-8", "surrogateescape"))
+        cfg = self.cfg
+        label = row[position[cfg.label_column]] if cfg.label_column else None
+        doc_id = row[position[cfg.id_column]] if cfg.id_column else None
+        return (row[position[cfg.text_column]], label, doc_id, source, None, None, None)
+
+
+def _has_surrogates(text: str) -> bool:
+    return any("\udc80" <= ch <= "\udcff" for ch in text) if not text.isascii() else False
+
+
+class _ParquetFile:
+    """A parquet file, row group by row group, schema from its footer: a text column that is not a
+    string is wrong_type (null: null_text); label and id are cast to strings."""
+
+    def __init__(self, cfg: DataConfig):
+        self.cfg = cfg
+
+    def __call__(self, uri: str) -> Iterator[tuple]:
+        source = storage.as_uri(uri)
+        cfg = self.cfg
+        try:
+            handle = storage.open_input(uri)
+            parquet = pq.ParquetFile(handle)
+        except (OSError, pa.ArrowException) as error:
+            yield _error_reject(error, source, None)
+            return
+        with handle:
+            for group in range(parquet.metadata.num_row_groups):
+                try:
+                    table = parquet.read_row_group(group, columns=_wanted_columns(cfg))
+                except (OSError, pa.ArrowException) as error:
+                    yield _error_reject(error, source, None)
+                    return
+                texts = table.column(cfg.text_column)
+                text_ok = pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)
+                labels = _as_strings(table, cfg.label_column)
+                ids = _as_strings(table, cfg.id_column)
+                for i, text in enumerate(texts.to_pylist()):
+                    if text is None:
+                        yield (None, labels[i], ids[i], source, None, "null_text", None)
+                    elif not text_ok:
+                        yield (None, labels[i], ids[i], source, None, "wrong_type", str(text)[:_RECORD_EXCERPT])
+                    else:
+                        yield (text, labels[i], ids[i], source, None, None, None)
+
+
+def _as_strings(table: pa.Table, column: str | None) -> list:
+    if not column:
+        return [None] * table.num_rows
+    values = table.column(column)
+    try:
+        return pc.cast(values, pa.string()).to_pylist()
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        return [None if v is None else json.dumps(v, default=str) for v in values.to_pylist()]
 
 
 # --- text / jsonl: Python line reader over file chunks --------------------------------------------
 
-def plan_chunks(files: list[str], chunk_bytes: int, whole_files: bool) -> list[tuple[str, int, int]]:
-    """(path, start, end) byte ranges; compressed files and doc-per-file inputs are never cut."""
+def plan_chunks(files: list[storage.FileEntry], chunk_bytes: int, whole_files: bool) -> list[tuple[str, int, int]]:
+    """(uri, start, end) byte ranges; compressed files and doc-per-file inputs are never cut."""
     chunks = []
-    for path in files:
-        size = os.path.getsize(path)
+    for entry in files:
+        path, size = entry.uri, entry.size
         if whole_files or path.endswith(_COMPRESSED) or size <= chunk_bytes:
             chunks.append((path, 0, -1))
             continue
@@ -153,19 +250,21 @@ def plan_chunks(files: list[str], chunk_bytes: int, whole_files: bool) -> list[t
     return chunks
 
 
-def _read_lines(spark: SparkSession, cfg: DataConfig, fmt: str, files: list[str]) -> DataFrame:
+def _read_lines(spark: SparkSession, cfg: DataConfig, fmt: str, files: list[storage.FileEntry]) -> DataFrame:
     chunks = plan_chunks(files, cfg.chunk_mb << 20, whole_files=cfg.doc_per_file)
     # One chunk per partition, as row i of a range: the chunk list travels with the function.
     chunk_df = spark.range(len(chunks), numPartitions=len(chunks))
     parse = _JsonRecord(cfg) if fmt == "jsonl" else _TextRecord()
     doc_per_file = cfg.doc_per_file and fmt == "text"
+    options = storage.current_options()
 
     def read_chunks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        storage.configure(options)  # the driver's storage options, in this executor's process
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 path, start, end = chunks[index]
                 records = _whole_file(path) if doc_per_file else read_chunk_lines(path, start, end)
-                source = Path(path).as_uri()  # as Spark's input_file_name() names csv/parquet sources
+                source = storage.as_uri(path)  # file:///… for local files, as Spark names its inputs
                 yield from _batches(parse(raw, source, offset) for raw, offset in records)
 
     return chunk_df.mapInArrow(read_chunks, RECORD_SCHEMA)
@@ -175,12 +274,13 @@ def _read_lines(spark: SparkSession, cfg: DataConfig, fmt: str, files: list[str]
 _READ_ERRORS = (OSError, EOFError, zlib.error, ValueError)  # gzip: BadGzipFile is an OSError
 
 
-def _open(path: str):
-    if path.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if path.endswith(".bz2"):
-        return bz2.open(path, "rb")
-    return open(path, "rb")
+def _open(uri: str):
+    raw = storage.open_binary(uri)
+    if uri.endswith(".gz"):
+        return gzip.open(raw, "rb")
+    if uri.endswith(".bz2"):
+        return bz2.open(raw, "rb")
+    return raw
 
 
 def read_chunk_lines(path: str, start: int, end: int) -> Iterator[tuple[bytes | Exception, int]]:

@@ -10,21 +10,27 @@ How rows get there, without a global sort or collecting ids on the driver:
    (partition, split) run its first position in the split; `plan_split` fixes each split's number of
    row groups and files from its row count.
 3. `with_layout`: position -> row group (position * groups // rows: sizes differ by <= 1) -> file.
-4. `write_shards`: one shuffle by (split, file); each task writes its files with pyarrow, one
-   Parquet row group per planned group (empty groups included, so the count stays a multiple).
+4. `write_shards`: one shuffle by (split, file); each task writes its files with pyarrow through
+   the storage layer, one Parquet row group per planned group (empty groups included, so the count
+   stays a multiple), under a name unique to the task attempt, and reports each file (path, bytes,
+   row groups, sha256): the manifest lists exactly those, so a failed or speculative attempt's
+   files are never part of the dataset.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from pipeline import contract, storage
 from pipeline.config import ShardConfig
 from spark_jobs.encode import SPLIT
 
@@ -106,22 +112,68 @@ def with_layout(indexed: DataFrame, bases: dict[tuple[int, str], int], plans: di
     return df.withColumn(GROUP, group).withColumn(FILE, file)
 
 
+# What a writer task reports per file: the manifest is built from these rows alone (winning attempts
+# only: Spark returns the results of the attempt that succeeded), never from listing the store.
+WRITTEN_SCHEMA = T.StructType([
+    T.StructField(SPLIT, T.StringType()), T.StructField(FILE, T.LongType()), T.StructField("path", T.StringType()),
+    T.StructField("bytes", T.LongType()), T.StructField("sha256", T.StringType()),
+    T.StructField("row_group_rows", T.ArrayType(T.LongType(), False)),
+])
+
+
+@dataclass(frozen=True, order=True)
+class WrittenFile:
+    split: str
+    file: int
+    path: str  # relative to the dataset directory
+    bytes: int
+    sha256: str
+    row_group_rows: tuple[int, ...]
+
+    def data_file(self) -> contract.DataFile:
+        return contract.DataFile(path=self.path, bytes=self.bytes, row_group_rows=list(self.row_group_rows),
+                                 sha256=self.sha256)
+
+
+def attempt_name(stem: str, build_id: str) -> str:
+    """A file name unique to this build and this task attempt: a retried or speculative attempt
+    never overwrites another's file (object stores cannot rename one into place), and the manifest
+    names the one whose task succeeded."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    attempt = f"t{context.taskAttemptId()}" if context else "driver"  # unique per task attempt in the app
+    return f"{stem}-{build_id}-{attempt}.parquet"
+
+
+def write_parquet(uri: str, schema: pa.Schema, groups: list[pa.Table], compression: str) -> tuple[int, str]:
+    """Write one Parquet file, one row group per table (empty ones included), in a single write;
+    returns (bytes, sha256)."""
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, schema, compression=compression) as writer:
+        for group in groups:
+            writer.write_table(group, row_group_size=max(group.num_rows, 1))
+    data = sink.getvalue().to_pybytes()
+    storage.write_bytes(uri, data)
+    return len(data), hashlib.sha256(data).hexdigest()
+
+
 def write_shards(laid_out: DataFrame, plans: dict[str, SplitPlan], columns: list[str], root: str,
-                 compression: str) -> list[tuple[str, int, int, int]]:
-    """Write every planned file under root/<split>/; return (split, file, group, rows) per row group."""
+                 compression: str, build_id: str) -> list[WrittenFile]:
+    """Write every planned file under root/<split>/ through the storage layer; one report per file."""
     num_files = sum(p.num_files for p in plans.values())
     if not num_files:
         return []
     groups_per_file = {name: plan.groups_per_file for name, plan in plans.items()}
-    file_names = {name: plan.file_name(0)[: -len("00000.parquet")] for name, plan in plans.items()}
     file_schema = arrow_schema(laid_out.select(*columns).schema)
-    result = T.StructType([T.StructField(SPLIT, T.StringType()), T.StructField(FILE, T.LongType()),
-                           T.StructField(GROUP, T.LongType()), T.StructField("rows", T.LongType())])
+    options = storage.current_options()
 
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        table = pa.Table.from_batches(list(batches))
-        if not table.num_rows:
+        storage.configure(options)
+        batches = [b for b in batches if b.num_rows]
+        if not batches:  # hash partitioning can leave a partition without a file
             return
+        table = pa.Table.from_batches(batches)
         keys = list(zip(table.column(SPLIT).to_pylist(), table.column(FILE).to_pylist()))
         groups = table.column(GROUP).to_numpy()
         written = []
@@ -133,41 +185,63 @@ def write_shards(laid_out: DataFrame, plans: dict[str, SplitPlan], columns: list
             split_name, file_number = keys[start]
             per_file = groups_per_file[split_name]
             first_group = file_number * per_file
-            path = f"{root}/{file_names[split_name]}{file_number:05d}.parquet"
             rows = table.slice(start, stop - start).select(columns).cast(file_schema)
             file_groups = groups[start:stop]
-            with pq.ParquetWriter(path, file_schema, compression=compression) as writer:
-                offset = 0
-                for group in range(first_group, first_group + per_file):
-                    count = int((file_groups == group).sum())
-                    writer.write_table(rows.slice(offset, count), row_group_size=max(count, 1))
-                    written.append((split_name, file_number, group, count))
-                    offset += count
+            counts = [int((file_groups == g).sum()) for g in range(first_group, first_group + per_file)]
+            offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+            parts = [rows.slice(offsets[i], counts[i]) for i in range(per_file)]
+            name = attempt_name(f"{split_name}/part-{file_number:05d}", build_id)
+            size, digest = write_parquet(f"{root}/{name}", file_schema, parts, compression)
+            written.append((split_name, file_number, name, size, digest, counts))
             start = stop
-        yield pa.RecordBatch.from_arrays(
-            [pa.array([w[i] for w in written], type=t) for i, t in enumerate([pa.string(), pa.int64(), pa.int64(), pa.int64()])],
-            names=result.fieldNames(),
-        )
+        yield _report_batch(written)
 
     partitioned = laid_out.repartition(num_files, SPLIT, FILE).sortWithinPartitions(SPLIT, FILE, POSITION)
-    return [tuple(r) for r in partitioned.mapInArrow(write_partition, result).collect()]
+    return sorted(WrittenFile(*r[:5], tuple(r[5])) for r in partitioned.mapInArrow(write_partition, WRITTEN_SCHEMA).collect())
 
 
-def write_missing_files(plans: dict[str, SplitPlan], written: list[tuple[str, int, int, int]], schema: pa.Schema,
-                        root: str, compression: str) -> list[tuple[str, int, int, int]]:
+def _report_batch(written: list[tuple]) -> pa.RecordBatch:
+    types = [pa.string(), pa.int64(), pa.string(), pa.int64(), pa.string(), pa.list_(pa.int64())]
+    return pa.RecordBatch.from_arrays(
+        [pa.array([w[i] for w in written], type=t) for i, t in enumerate(types)], names=WRITTEN_SCHEMA.fieldNames()
+    )
+
+
+def write_missing_files(plans: dict[str, SplitPlan], written: list[WrittenFile], schema: pa.Schema,
+                        root: str, compression: str, build_id: str) -> list[WrittenFile]:
     """Files of a tiny split whose row groups all came out empty: write them with empty row groups,
     so every split still has its planned (multiple-of-divisible_by) number of row groups."""
-    done = {(w[0], w[1]) for w in written}
+    done = {(w.split, w.file) for w in written}
     added = []
     for name, plan in plans.items():
         for file_number in range(plan.num_files):
             if (name, file_number) in done:
                 continue
-            with pq.ParquetWriter(f"{root}/{plan.file_name(file_number)}", schema, compression=compression) as writer:
-                for group in range(file_number * plan.groups_per_file, (file_number + 1) * plan.groups_per_file):
-                    writer.write_table(schema.empty_table(), row_group_size=1)
-                    added.append((name, file_number, group, 0))
+            path = attempt_name(f"{name}/part-{file_number:05d}", build_id)
+            size, digest = write_parquet(f"{root}/{path}", schema, [schema.empty_table()] * plan.groups_per_file,
+                                         compression)
+            added.append(WrittenFile(name, file_number, path, size, digest, (0,) * plan.groups_per_file))
     return added
+
+
+def write_rejects(rejected: DataFrame, root: str, compression: str, build_id: str) -> list[WrittenFile]:
+    """rejects/part-<partition>-<build>-<attempt>.parquet, one file per non-empty partition."""
+    schema = arrow_schema(rejected.schema)
+    options = storage.current_options()
+
+    def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        storage.configure(options)
+        batches = [b for b in batches if b.num_rows]
+        if not batches:
+            return
+        table = pa.Table.from_batches(batches).cast(schema)
+        name = attempt_name(f"{contract.REJECTS_DIR}/part-{TaskContext.get().partitionId():05d}", build_id)
+        size, digest = write_parquet(f"{root}/{name}", schema, [table], compression)
+        yield _report_batch([(contract.REJECTS_DIR, TaskContext.get().partitionId(), name, size, digest, [table.num_rows])])
+
+    return sorted(WrittenFile(*r[:5], tuple(r[5])) for r in rejected.mapInArrow(write_partition, WRITTEN_SCHEMA).collect())
 
 
 def arrow_schema(schema: T.StructType) -> pa.Schema:

@@ -20,7 +20,8 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(s3_server):
+    # After s3_server: the JVM and its Python workers inherit the AWS_* variables that point at it.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Python workers import spark_jobs from this checkout, not from wherever it is installed.
@@ -38,6 +39,54 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's standalone S3 server on 127.0.0.1; every client (pyarrow, boto3, Spark executors,
+    subprocesses) finds it through the standard AWS_* environment variables alone."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    patch = pytest.MonkeyPatch()
+    for name, value in {"AWS_ACCESS_KEY_ID": "shardline-test", "AWS_SECRET_ACCESS_KEY": "shardline-test-secret",
+                        "AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1"}.items():
+        patch.setenv(name, value)
+    patch.delenv("AWS_PROFILE", raising=False)
+    patch.delenv("AWS_SESSION_TOKEN", raising=False)
+    from pipeline import storage
+
+    storage._filesystem.cache_clear()  # a filesystem made before the variables were set has no endpoint
+    yield endpoint
+    patch.undo()
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server, request):
+    """A fresh, empty bucket per test: s3://<name>."""
+    import re
+    import uuid
+
+    import boto3
+
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-") + "-" + uuid.uuid4().hex[:6]
+    boto3.client("s3").create_bucket(Bucket=name)
+    return f"s3://{name}"
 
 
 @pytest.fixture(scope="session")

@@ -31,8 +31,10 @@ def staged_dir(final_dir: Path) -> Iterator[Path]:
 
 def write_model_sidecars(directory: Path, config: ShardlineConfig, manifest: contract.Manifest, summary: dict) -> None:
     """Tokenizer, label map and lineage beside the weights: the directory is usable on its own."""
-    if (config.tokenizer_dir / "tokenizer.json").exists():
-        save_model_tokenizer(config.tokenizer_dir, directory, manifest)
+    from pipeline import storage
+
+    if storage.exists(storage.join(str(config.tokenizer_dir), "tokenizer.json")):
+        save_model_tokenizer(str(config.tokenizer_dir), directory, manifest)
     (directory / LABEL_MAP_FILE).write_text(json.dumps(manifest.label_map, indent=2, sort_keys=True))
     lineage = {
         "dataset_dir": str(config.dataset_dir.resolve()),
@@ -49,7 +51,7 @@ def write_model_sidecars(directory: Path, config: ShardlineConfig, manifest: con
     contract.write_json_atomic(directory / LINEAGE_FILE, lineage)
 
 
-def save_model_tokenizer(tokenizer_dir: Path, directory: Path, manifest: contract.Manifest) -> None:
+def save_model_tokenizer(tokenizer_dir: str, directory: Path, manifest: contract.Manifest) -> None:
     """The dataset's tokenizer, saved for the model's users: `model_max_length` is the length the model
     was trained on, and for causal LM the tokenizer adds no special tokens, because documents were
     tokenized without them (an end-of-text token after each), so prompts encode the same way."""

@@ -1,12 +1,19 @@
 """Streaming a dataset split from Parquet into torch batches, in an order this module owns.
 
-Petastorm 0.12.1 returns row groups in a different order on every run once it has more than one
-worker, so each rank opens `num_streams` single-worker Petastorm readers (one shard each of
-`world_size * num_streams`) whose row-group order is a pure function of the seed and the epoch, and
-merges them round-robin. A seeded shuffle buffer of a few row groups mixes rows across row groups.
-The resulting batch sequence depends only on (manifest, seed, epoch, rank, world size, batch size),
-so a position (epoch, batch) is enough to resume exactly, and every rank can compute, from the
-manifest alone, how many batches every other rank has: all take the same number, never a DDP hang.
+The plan comes from the manifest alone: the split's files (only those: anything else in the
+directory is not the dataset), their row groups in order, their row counts. Global row group i is
+the i-th row group of the files taken in manifest order; rank r of W owns the row groups i with
+i mod W == r and reads them in an order that is a pure function of (seed, epoch) (no shuffle: file
+order). A seeded shuffle buffer of `num_shuffle_row_groups` row groups mixes rows across row groups,
+and batches are consecutive `batch_size`-row slices of that stream. The batch sequence depends only
+on (manifest, seed, epoch, rank, world size, batch size), so a position (epoch, batch) is enough to
+resume exactly (earlier row groups are not even read), and every rank computes, from the manifest,
+how many batches every other rank has: all take the same number, never a DDP hang.
+
+What is read is asked of a row-group source (training/backends: Petastorm, the default, or
+pyarrow.fs), `num_workers` row groups at a time ahead of the batches, and checked against the
+manifest: a file whose size differs from its manifest entry, or a row group with other row counts,
+is refused with an error naming the file.
 """
 from __future__ import annotations
 
@@ -16,16 +23,16 @@ import queue
 import random
 import threading
 import time
-import warnings
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import torch
 
-from pipeline import contract
+from pipeline import contract, storage
+from training.backends import SourceFile, open_source
 
 # Columns each task trains on; the id column is read only when sample ids are recorded.
 TASK_COLUMNS = {
@@ -35,46 +42,67 @@ TASK_COLUMNS = {
 Batch = dict  # column name -> torch.Tensor (the id column, when read, is a list of str)
 
 
+class DatasetChangedError(RuntimeError):
+    """A data file no longer matches the manifest that published it."""
+
+
 @dataclass(frozen=True)
 class ReaderSpec:
-    split_dir: Path
-    row_group_rows: tuple[int, ...]  # from the manifest, in file order: the plan needs no I/O
+    split_dir: str
+    files: tuple[SourceFile, ...]  # the manifest's files in read order: the plan needs no I/O
     batch_size: int
     columns: tuple[str, ...]
     shuffle: bool
     seed: int = 0
     rank: int = 0
     world_size: int = 1
-    num_workers: int = 1  # single-worker Petastorm streams read in parallel
+    num_workers: int = 1  # row groups read in parallel, ahead of the batches
     num_shuffle_row_groups: int = 4  # row groups mixed together by the in-memory shuffle buffer
     pin_memory: bool = False  # page-locked host batches, so host-to-GPU copies can be asynchronous
+    backend: str = "petastorm"  # the row-group source (training/backends)
+
+    @property
+    def row_group_rows(self) -> tuple[int, ...]:
+        return tuple(rows for file in self.files for rows in file.row_group_rows)
+
+    def locate(self, index: int) -> tuple[SourceFile, int]:
+        """Global row group index -> (its file, its index inside the file)."""
+        for file in self.files:
+            if index < len(file.row_group_rows):
+                return file, index
+            index -= len(file.row_group_rows)
+        raise IndexError(f"{self.split_dir} has no row group {index}")
 
 
-def split_spec(dataset_dir: Path, manifest: contract.Manifest, split: str, **options) -> ReaderSpec:
-    return ReaderSpec(
-        split_dir=contract.split_dir(dataset_dir, split),
-        row_group_rows=tuple(manifest.splits[split].row_group_rows),
-        **options,
+def split_spec(dataset_dir: str, manifest: contract.Manifest, split: str, **options) -> ReaderSpec:
+    dataset_dir = str(dataset_dir)
+    stats = manifest.splits[split]
+    if stats.num_row_groups and not stats.files:
+        raise ValueError(
+            f"{dataset_dir}: the manifest (schema {manifest.schema_version}) lists no files for split {split}; "
+            f"the reader needs schema {contract.SCHEMA_VERSION}: rebuild it with `shardline preprocess --force`"
+        )
+    files = tuple(
+        SourceFile(uri, entry.bytes, tuple(entry.row_group_rows), entry.sha256)
+        for uri, entry in zip(manifest.split_files(dataset_dir, split), stats.files)
     )
+    listed = [rows for file in files for rows in file.row_group_rows]
+    if stats.row_group_rows and listed != list(stats.row_group_rows):
+        raise ValueError(
+            f"{dataset_dir}: the manifest's {split} files hold row groups of {listed} rows but its row_group_rows "
+            f"says {stats.row_group_rows}; the manifest is inconsistent: rebuild the dataset"
+        )
+    return ReaderSpec(split_dir=contract.split_dir(dataset_dir, split), files=files, **options)
 
 
 @dataclass(frozen=True)
 class RowGroupPlan:
-    """One rank's epoch: which row groups each stream reads, in what order, and how many batches."""
+    """One rank's epoch: which row groups it reads, in what order, and how many batches."""
 
-    streams: tuple[tuple[int, ...], ...]  # row-group indexes per stream, in read order
-    order: tuple[int, ...]  # the merged read order (round-robin over the streams)
+    order: tuple[int, ...]  # global row-group indexes, in read order
+    windows: tuple[tuple[int, ...], ...]  # order cut into shuffle windows
     rows: int  # rows this rank holds
     num_batches: int  # batches per epoch, the same on every rank
-
-
-def num_streams(spec: ReaderSpec) -> int:
-    # Petastorm refuses a shard with no row group; fewer streams is the only way to honour that.
-    return max(1, min(spec.num_workers, len(spec.row_group_rows) // spec.world_size))
-
-
-def stream_seed(spec: ReaderSpec, epoch: int) -> int | None:
-    return spec.seed * 100_003 + epoch if spec.shuffle else None
 
 
 def plan_epoch(spec: ReaderSpec, epoch: int) -> RowGroupPlan:
@@ -84,126 +112,110 @@ def plan_epoch(spec: ReaderSpec, epoch: int) -> RowGroupPlan:
             f"{spec.split_dir} has {len(sizes)} row groups for {spec.world_size} processes; every rank needs "
             "at least one: rebuild it with preprocess.shard.divisible_by a multiple of the process count, or train with fewer processes"
         )
-    per_stream = num_streams(spec)
-    shard_count = spec.world_size * per_stream
-    # Exactly Petastorm 0.12's sharding: shuffle all indexes with random.Random(seed), keep i % shards == shard.
     indexes = list(range(len(sizes)))
-    seed = stream_seed(spec, epoch)
-    if seed is not None:
-        random.Random(seed).shuffle(indexes)
-    streams = tuple(
-        tuple(i for i in indexes if i % shard_count == s * spec.world_size + spec.rank) for s in range(per_stream)
-    )
-    order = tuple(i for round_ in _zip_longest(streams) for i in round_)
+    if spec.shuffle:
+        random.Random(spec.seed * 100_003 + epoch).shuffle(indexes)
+    order = tuple(i for i in indexes if i % spec.world_size == spec.rank)
+    size = spec.num_shuffle_row_groups
+    windows = tuple(order[start:start + size] for start in range(0, len(order), size))
     rows_per_rank = [sum(sizes[r::spec.world_size]) for r in range(spec.world_size)]
     num_batches = min(math.ceil(rows / spec.batch_size) for rows in rows_per_rank)
-    return RowGroupPlan(streams, order, rows_per_rank[spec.rank], num_batches)
-
-
-def _zip_longest(streams: tuple[tuple[int, ...], ...]) -> Iterator[tuple[int, ...]]:
-    for depth in range(max(len(s) for s in streams)):
-        yield tuple(s[depth] for s in streams if depth < len(s))
-
-
-def _column_to_numpy(column: pa.ChunkedArray) -> np.ndarray:
-    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-    if pa.types.is_list(array.type):
-        lengths = np.diff(array.offsets.to_numpy())
-        if len(lengths) and (lengths != lengths[0]).any():
-            raise ValueError(f"column has lists of lengths {sorted(set(lengths.tolist()))}; the contract says one length")
-        return array.flatten().to_numpy(zero_copy_only=False).reshape(len(array), -1)
-    return array.to_numpy(zero_copy_only=False)
-
-
-class _ArrowColumnsResults:
-    """Petastorm's results reader, minus its per-row `np.vstack(list.tolist())`: list columns come
-    out of Arrow as one reshape (the stock one is the reader's bottleneck on token columns)."""
-
-    batched_output = True
-
-    def read_next(self, workers_pool, schema, ngram):
-        from petastorm.workers_pool import EmptyResultError
-
-        try:
-            table = workers_pool.get_results()
-        except EmptyResultError:
-            raise StopIteration from None
-        return {name: _column_to_numpy(table.column(name)) for name in table.column_names}
-
-
-def _open_stream(spec: ReaderSpec, stream: int, epoch: int):
-    from petastorm import make_batch_reader
-
-    shards = spec.world_size * num_streams(spec)
-    reader = make_batch_reader(
-        spec.split_dir.resolve().as_uri(),
-        schema_fields=list(spec.columns),
-        num_epochs=1,
-        shuffle_row_groups=False,  # the seeded shard shuffle already fixed the order; workers must not change it
-        seed=stream_seed(spec, epoch),
-        cur_shard=stream * spec.world_size + spec.rank,
-        shard_count=shards,
-        workers_count=1,  # one worker per stream: Petastorm 0.12 keeps order only then
-        reader_pool_type="thread",
-    )
-    reader._results_queue_reader = _ArrowColumnsResults()  # petastorm<0.13 (pinned): see the class
-    return reader
-
-
-def iter_row_groups(spec: ReaderSpec, plan: RowGroupPlan, epoch: int) -> Iterator[dict[str, np.ndarray]]:
-    """The rank's row groups in plan.order, read through the parallel single-worker streams."""
-    with contextlib.ExitStack() as stack, warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # petastorm 0.12 calls pyarrow APIs that warn on every call
-        readers = [stack.enter_context(_open_stream(spec, s, epoch)) for s in range(len(plan.streams))]
-        stream_of = {i: s for s, indexes in enumerate(plan.streams) for i in indexes}
-        for index in plan.order:
-            group = next(readers[stream_of[index]])
-            rows = _rows(group)
-            if rows != spec.row_group_rows[index]:
-                raise RuntimeError(
-                    f"{spec.split_dir}: row group {index} has {rows} rows but the manifest says "
-                    f"{spec.row_group_rows[index]}; the dataset changed after its manifest was written, rebuild it"
-                )
-            yield group
-
-
-def iter_windows(spec: ReaderSpec, plan: RowGroupPlan, epoch: int) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray | None]]:
-    """The shuffle buffer: num_shuffle_row_groups row groups at a time, with a seeded row order
-    (None when not shuffling). The order is drawn for every window, so skipping some keeps the rest."""
-    rng = np.random.default_rng([spec.seed, epoch, spec.rank])
-    window: list[dict[str, np.ndarray]] = []
-    for position, group in enumerate(iter_row_groups(spec, plan, epoch), start=1):
-        window.append(group)
-        if len(window) == spec.num_shuffle_row_groups or position == len(plan.order):
-            merged = _concat(window)
-            window = []
-            yield merged, rng.permutation(_rows(merged)) if spec.shuffle else None
+    return RowGroupPlan(order, windows, rows_per_rank[spec.rank], num_batches)
 
 
 def iter_batches(spec: ReaderSpec, epoch: int = 0, start_batch: int = 0) -> Iterator[Batch]:
-    """Yield the epoch's batches from batch index start_batch on (earlier ones are read, not built).
+    """Yield the epoch's batches from batch index start_batch on.
 
-    Each batch is gathered straight from its window in shuffled order (one copy per batch); rows left
-    over at a window's end open the next batch."""
+    Batch k is rows [k * batch_size, (k + 1) * batch_size) of the rank's stream (its windows in plan
+    order, each in its seeded row order), so a window that holds none of the wanted rows is not read;
+    its row order is still drawn, which keeps the later windows' orders the same."""
     plan = plan_epoch(spec, epoch)
-    emitted, carry = 0, None
-    windows = iter_windows(spec, plan, epoch)
-    for merged, order in windows:
-        rows, position = _rows(merged), 0
-        while emitted < plan.num_batches:
-            need = spec.batch_size - (_rows(carry) if carry else 0)
-            if rows - position < need:
-                break
-            if emitted >= start_batch:
-                yield _to_batch(_join(carry, _take(merged, order, position, position + need)), spec.pin_memory)
-            emitted, carry, position = emitted + 1, None, position + need
-        if emitted >= plan.num_batches:
-            windows.close()  # the rest of this rank's rows are beyond the batches every rank shares
-            return
-        if position < rows:  # fewer rows left than a batch: they start the next one
-            carry = _join(carry, _take(merged, order, position, rows))
-    if carry and emitted < plan.num_batches and emitted >= start_batch:
-        yield _to_batch(carry, spec.pin_memory)
+    sizes = spec.row_group_rows
+    first, end = start_batch * spec.batch_size, min(plan.num_batches * spec.batch_size, plan.rows)
+    rng = np.random.default_rng([spec.seed, epoch, spec.rank])
+    wanted, offset = [], 0  # (window, row order, first row, end row), rows counted within the window
+    for window in plan.windows:
+        rows = sum(sizes[i] for i in window)
+        order = rng.permutation(rows) if spec.shuffle else None
+        if max(first, offset) < min(end, offset + rows):
+            wanted.append((window, order, max(first, offset) - offset, min(end, offset + rows) - offset))
+        offset += rows
+    reads = RowGroupReads(spec, [i for window, *_ in wanted for i in window if sizes[i]])
+    try:
+        parts, pending = [], 0
+        for window, order, position, stop in wanted:
+            merged = _concat([reads.next() for i in window if sizes[i]])
+            while position < stop:
+                take = min(spec.batch_size - pending, stop - position)
+                parts.append(_take(merged, order, position, position + take))
+                pending, position = pending + take, position + take
+                if pending == spec.batch_size:
+                    yield _to_batch(_concat(parts), spec.pin_memory)
+                    parts, pending = [], 0
+        if parts:  # the epoch's last rows, fewer than a batch
+            yield _to_batch(_concat(parts), spec.pin_memory)
+    finally:
+        reads.close()
+
+
+class RowGroupReads:
+    """The given row groups (global indexes), read through the spec's backend by `num_workers`
+    threads, up to 2 x num_workers ahead, handed out in order by next(), each checked against the
+    manifest."""
+
+    def __init__(self, spec: ReaderSpec, indexes: Sequence[int]):
+        self._spec = spec
+        self._todo = iter(indexes)
+        self._pending: deque[Future] = deque()
+        self._checked: set[str] = set()
+        self._source = open_source(spec.backend, spec.files) if indexes else None
+        self._pool = ThreadPoolExecutor(max_workers=spec.num_workers, thread_name_prefix="shardline-reader")
+        for _ in range(2 * spec.num_workers):
+            self._submit_next()
+
+    def _submit_next(self) -> None:
+        index = next(self._todo, None)
+        if index is not None:
+            self._pending.append(self._pool.submit(self._read, index))
+
+    def next(self) -> dict[str, np.ndarray]:
+        future = self._pending.popleft()
+        self._submit_next()
+        return future.result()
+
+    def _read(self, index: int) -> dict[str, np.ndarray]:
+        file, row_group = self._spec.locate(index)
+        if file.uri not in self._checked:
+            check_file(file)
+            self._checked.add(file.uri)
+        columns = self._source.read(file, row_group, self._spec.columns)
+        rows, expected = _rows(columns), file.row_group_rows[row_group]
+        if rows != expected:
+            raise DatasetChangedError(
+                f"{file.uri}: row group {row_group} has {rows} rows but the manifest says {expected}; "
+                "the dataset changed after its manifest was written, rebuild it"
+            )
+        return columns
+
+    def close(self) -> None:
+        for future in self._pending:
+            future.cancel()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._source is not None:
+            self._source.close()
+
+
+def check_file(file: SourceFile) -> None:
+    """Refuse a file that is missing or whose size is not the manifest's (one metadata request; a
+    whole-file sha256 would read every file twice)."""
+    found = storage.info(file.uri)
+    if found is None:
+        raise DatasetChangedError(f"{file.uri} is listed in the manifest but is missing; rebuild the dataset")
+    if found.size != file.bytes:
+        raise DatasetChangedError(
+            f"{file.uri} is {found.size} bytes but the manifest says {file.bytes}: the file changed after the "
+            "dataset was published; rebuild it (`shardline preprocess --force`)"
+        )
 
 
 def _rows(columns: dict[str, np.ndarray]) -> int:
@@ -215,10 +227,6 @@ def _take(columns: dict[str, np.ndarray], order: np.ndarray | None, start: int, 
         return {name: values[start:stop] for name, values in columns.items()}
     rows = order[start:stop]
     return {name: np.take(values, rows, axis=0) for name, values in columns.items()}  # faster than values[rows]
-
-
-def _join(first: dict[str, np.ndarray] | None, second: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return second if not first else _concat([first, second])
 
 
 def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -255,9 +263,10 @@ class BackgroundBatches:
 
     def _produce(self, spec: ReaderSpec, epoch: int, start_batch: int) -> None:
         try:
-            for batch in iter_batches(spec, epoch, start_batch):
-                if not self._put(batch):
-                    return
+            with contextlib.closing(iter_batches(spec, epoch, start_batch)) as batches:  # closing stops the reads
+                for batch in batches:
+                    if not self._put(batch):
+                        return
             self._put(self._DONE)
         except BaseException as error:  # handed to the consumer, which re-raises it
             self._put(error)

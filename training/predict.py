@@ -49,10 +49,17 @@ class Predictor:
 
     @classmethod
     def load(cls, model_dir: str | Path, device: str = "auto") -> "Predictor":
+        """model_dir (or a run_dir holding model/), local or on any store (copied to a temporary directory)."""
+        from pipeline import storage
+
+        with storage.local_dir_for(find_model_dir(model_dir)) as local:
+            return cls._load_local(Path(local), device)
+
+    @classmethod
+    def _load_local(cls, model_dir: Path, device: str) -> "Predictor":
         from pipeline.tokenizer import load_tokenizer
         from training.distributed import pick_device
 
-        model_dir = find_model_dir(model_dir)
         kind = model_kind(model_dir)
         lineage = _read_json(model_dir / LINEAGE_FILE) or {}
         preprocess = lineage.get("config", {}).get("preprocess", {})
@@ -122,11 +129,13 @@ def predict(model_dir: str | Path, texts: Iterable[str], max_new_tokens: int = D
     return Predictor.load(model_dir, device)(texts, max_new_tokens=max_new_tokens)
 
 
-def find_model_dir(path: str | Path) -> Path:
-    """path itself, or path/model when path is a run_dir."""
-    path = Path(path)
-    if path.is_dir() and not (path / LINEAGE_FILE).exists() and (path / "model").is_dir():
-        return path / "model"
+def find_model_dir(path: str | Path) -> str:
+    """path itself, or path/model when path is a run_dir (local or a URI)."""
+    from pipeline import storage
+
+    path = str(path)
+    if not storage.exists(storage.join(path, LINEAGE_FILE)) and storage.exists(storage.join(path, "model", LINEAGE_FILE)):
+        return storage.join(path, "model")
     return path
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import contract
+from pipeline import contract, storage
 from pipeline.config import build_config, save_config
 from pipeline.demo import stdlib_docstrings, write_jsonl
 from pipeline.packaging import build_package
@@ -52,8 +52,10 @@ def _wait_for_worker(ui_port: int, deadline_s: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def standalone_master(tmp_path_factory):
-    """spark://127.0.0.1:PORT with one 2-core worker; both daemons are stopped at teardown."""
+def standalone_master(tmp_path_factory, s3_server):
+    """spark://127.0.0.1:PORT with one 2-core worker; both daemons are stopped at teardown. The
+    daemons get the AWS_* variables (as cluster nodes get an instance role): executors reach the
+    S3 server with their own credentials."""
     import pyspark
 
     tmp = tmp_path_factory.mktemp("cluster")
@@ -85,10 +87,16 @@ def standalone_master(tmp_path_factory):
                 daemon.wait()
 
 
-def _tables(dataset_dir: Path) -> dict[str, list[dict]]:
-    return {
-        name: pq.read_table(contract.split_dir(dataset_dir, name)).to_pylist() for name in contract.SPLITS
-    }
+def _tables(dataset_dir: str) -> dict[str, list[dict]]:
+    manifest = contract.load_manifest(dataset_dir)
+    tables = {}
+    for name in contract.SPLITS:
+        rows = []
+        for uri in manifest.split_files(dataset_dir, name):
+            filesystem, path = storage.filesystem(uri)
+            rows += pq.read_table(path, filesystem=filesystem).to_pylist()
+        tables[name] = rows
+    return tables
 
 
 def _applications(ui_port: int) -> list[dict]:
@@ -97,10 +105,14 @@ def _applications(ui_port: int) -> list[dict]:
     return state.get("activeapps", []) + state.get("completedapps", [])
 
 
-def test_cluster_run_equals_the_local_run(standalone_master, spark, small_tokenizer, tmp_path):
+def test_cluster_run_on_s3_equals_the_local_run(standalone_master, spark, small_tokenizer, tmp_path):
+    import boto3
+
     master, ui_port, env = standalone_master
     records = stdlib_docstrings()[::12]
     corpus = write_jsonl(records, tmp_path / "corpus.jsonl")
+    boto3.client("s3").create_bucket(Bucket="shardline-cluster")
+    storage.write_bytes("s3://shardline-cluster/corpus/docstrings.jsonl", corpus.read_bytes())
     # A given tokenizer, not one trained in each run: tokenizers' trainers are not deterministic
     # across processes (huggingface/tokenizers#1794), which would change every token id.
     small_tokenizer.save_pretrained(str(tmp_path / "tokenizer"))
@@ -113,9 +125,11 @@ def test_cluster_run_equals_the_local_run(standalone_master, spark, small_tokeni
     local = build_config({**tree, "run_dir": str(tmp_path / "local")})
     local_manifest = build_dataset(spark, local)
 
-    cluster = build_config({**tree, "run_dir": str(tmp_path / "cluster")})
+    # Input and output on the S3 server: nothing shared between driver and executors but the bucket.
+    cluster = build_config({**tree, "run_dir": "s3://shardline-cluster/runs/x",
+                            "data": {**tree["data"], "input": "s3://shardline-cluster/corpus/*.jsonl"}})
     config_path = tmp_path / "cluster.yaml"
-    save_config(cluster, config_path)
+    save_config(cluster, str(config_path))
     package = build_package(tmp_path / "shardline.zip")
     spark_submit = Path(sys.executable).parent / "spark-submit"
     result = subprocess.run(
@@ -130,9 +144,12 @@ def test_cluster_run_equals_the_local_run(standalone_master, spark, small_tokeni
     cluster_manifest = contract.load_manifest(cluster.dataset_dir)
     # The application really ran on the standalone master, with executors, not in a local fallback.
     assert [app["name"] for app in _applications(ui_port)] == ["shardline-preprocess"]
+    assert not (tmp_path / "s3:").exists()
     assert _tables(cluster.dataset_dir) == _tables(local.dataset_dir)
-    for name in contract.SPLITS:
-        assert cluster_manifest.splits[name] == local_manifest.splits[name]
+    for name in contract.SPLITS:  # file names carry each build's id; contents are byte for byte the same
+        cluster_split, local_split = cluster_manifest.splits[name], local_manifest.splits[name]
+        assert cluster_split.model_copy(update={"files": []}) == local_split.model_copy(update={"files": []})
+        assert [f.sha256 for f in cluster_split.files] == [f.sha256 for f in local_split.files]
     assert cluster_manifest.rejected_by_reason == local_manifest.rejected_by_reason
     assert cluster_manifest.tokenizer_sha256 == local_manifest.tokenizer_sha256
 

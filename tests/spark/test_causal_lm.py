@@ -1,9 +1,10 @@
 """causal_lm end to end on the shared session: packed blocks, boundary columns, accounting."""
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import contract
+from pipeline import contract, storage
 from pipeline.config import build_config
 from pipeline.demo import write_jsonl
 from pipeline.tokenizer import load_tokenizer
@@ -30,14 +31,14 @@ def packed(spark, tmp_path_factory, docstring_records):
 
 def test_blocks_are_full_and_boundaries_are_marked(packed):
     config, manifest, texts = packed
-    tokenizer = load_tokenizer(config.dataset_dir / "tokenizer")
+    tokenizer = load_tokenizer(storage.join(config.dataset_dir, "tokenizer"))
     eos = tokenizer.convert_tokens_to_ids("</s>")
     assert manifest.task == "causal_lm" and manifest.eos_id == eos
     streams = {tuple(tokenizer(t, add_special_tokens=False)["input_ids"] + [eos]) for t in texts}
     real_tokens = 0
     whole_documents = 0
     for name in contract.SPLITS:
-        table = pq.read_table(contract.split_dir(config.dataset_dir, name))
+        table = pa.concat_tables([pq.read_table(p) for p in manifest.split_files(config.dataset_dir, name)])
         assert table.column_names == [contract.ID_COLUMN, contract.INPUT_IDS, contract.ATTENTION_MASK,
                                       contract.POSITION_IDS, contract.SEGMENT_IDS, contract.NUM_TOKENS]
         for row in table.to_pylist():

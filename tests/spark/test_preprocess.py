@@ -1,12 +1,22 @@
 import json
+import os
 
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import contract
+from pipeline import contract, storage
 from pipeline.config import build_config
 from pipeline.demo import write_jsonl
+from spark_jobs import read
 from spark_jobs.preprocess import DatasetConflictError, build_dataset, check_existing
+
+
+def read_split(config, manifest, split):
+    """A split exactly as the manifest lists it."""
+    import pyarrow as pa
+
+    tables = [pq.read_table(path) for path in manifest.split_files(config.dataset_dir, split)]
+    return pa.concat_tables(tables) if tables else None
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +43,7 @@ def test_manifest_accounts_for_every_input_record(built):
     assert sum(s.rows for s in manifest.splits.values()) == len(records)
     assert manifest.label_map == {"asyncio": 0, "email": 1, "logging": 2, "tkinter": 3}
     assert manifest.pad_id == 0 and manifest.max_length == 32
-    assert manifest.tokenizer_sha256 == contract.file_sha256(config.tokenizer_dir / "tokenizer.json")
+    assert manifest.tokenizer_sha256 == contract.file_sha256(storage.join(config.tokenizer_dir, "tokenizer.json"))
     on_disk = contract.load_manifest(config.dataset_dir)
     assert on_disk == manifest
 
@@ -42,8 +52,8 @@ def test_shards_hold_fixed_length_rows_that_decode_back(built):
     from pipeline.tokenizer import load_tokenizer
 
     config, manifest, records = built
-    tokenizer = load_tokenizer(config.dataset_dir / "tokenizer")
-    table = pq.read_table(contract.split_dir(config.dataset_dir, "train"))
+    tokenizer = load_tokenizer(storage.join(config.dataset_dir, "tokenizer"))
+    table = read_split(config, manifest, "train")
     assert table.num_rows == manifest.splits["train"].rows
     assert sum(manifest.splits["train"].row_group_rows) == table.num_rows
     by_text = {r["text"]: r["label"] for r in records}
@@ -58,20 +68,21 @@ def test_shards_hold_fixed_length_rows_that_decode_back(built):
 
 def test_rerun_skips_and_a_changed_config_is_refused(built):
     config, _, _ = built
-    assert check_existing(config, force=False) is True
+    files = read.resolve_input_files(config.data.input)
+    assert check_existing(config, files, force=False) is True
     changed = build_config({**config.to_dict(), "preprocess": {**config.to_dict()["preprocess"], "max_length": 64}})
     with pytest.raises(DatasetConflictError, match=r"sections \['preprocess'\] differ"):
-        check_existing(changed, force=False)
-    assert check_existing(changed, force=True) is False
+        check_existing(changed, files, force=False)
+    assert check_existing(changed, files, force=True) is False
 
 
 def test_rerun_with_changed_input_is_refused(messy):
     config = messy[0]
-    assert check_existing(config, force=False) is True
-    with open(next(config.dataset_dir.parent.parent.glob("corpus/a.jsonl")), "a") as handle:
+    assert check_existing(config, read.resolve_input_files(config.data.input), force=False) is True
+    with open(os.path.join(config.data.input, "a.jsonl"), "a") as handle:
         handle.write('{"text": "one more", "label": "email"}\n')
     with pytest.raises(DatasetConflictError, match="different input files"):
-        check_existing(config, force=False)
+        check_existing(config, read.resolve_input_files(config.data.input), force=False)
 
 
 def _messy_corpus(root, records):
@@ -143,7 +154,7 @@ def test_every_bad_record_class_is_counted_and_the_identity_holds(messy):
     assert documents == num_documents
     assert manifest.input_records == documents + sum(manifest.rejected_by_reason.values()) + manifest.duplicates_removed
     assert sum(s.rows for s in manifest.splits.values()) == num_documents  # classification: a row per document
-    rejected = pq.read_table(config.dataset_dir / contract.REJECTS_DIR).to_pylist()
+    rejected = pq.read_table(storage.join(config.dataset_dir, contract.REJECTS_DIR)).to_pylist()
     assert len(rejected) == sum(rejects.values())
     assert all(r["source"].startswith("file://") for r in rejected)
     corrupt = [r for r in rejected if r["reject_reason"] == "corrupt_file"]
@@ -154,7 +165,7 @@ def test_row_groups_are_a_multiple_of_divisible_by_and_equal_sized(messy):
     config, manifest, *_ = messy
     for name, stats in manifest.splits.items():
         footers = []
-        for path in sorted(contract.split_dir(config.dataset_dir, name).glob("*.parquet")):
+        for path in manifest.split_files(config.dataset_dir, name):
             meta = pq.ParquetFile(path).metadata
             footers += [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         assert footers == stats.row_group_rows and len(footers) == stats.num_row_groups
@@ -166,30 +177,36 @@ def test_row_groups_are_a_multiple_of_divisible_by_and_equal_sized(messy):
 
 
 def test_petastorm_ranks_get_the_same_number_of_rows(messy):
-    # Petastorm's own sharding (row group i -> rank i mod W), not our reader: the layout alone must
-    # give every rank the same rows to within one per row group.
-    import warnings
-
-    from petastorm import make_batch_reader
+    # Row group i -> rank i mod W, read through the Petastorm backend from the manifest's file list
+    # (never the directory): the layout alone must give every rank the same rows to within one per row group.
+    from training.data import RowGroupReads, plan_epoch, split_spec
 
     config, manifest, *_ = messy
-    url = contract.split_dir(config.dataset_dir, "train").resolve().as_uri()
     per_rank = []
     for rank in range(2):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with make_batch_reader(url, schema_fields=[contract.LABEL], num_epochs=1, cur_shard=rank, shard_count=2,
-                                   shuffle_row_groups=False, workers_count=1) as reader:
-                per_rank.append(sum(len(batch.label) for batch in reader))
+        spec = split_spec(config.dataset_dir, manifest, "train", batch_size=1, columns=(contract.LABEL,),
+                          shuffle=False, rank=rank, world_size=2, backend="petastorm")
+        indexes = [i for i in plan_epoch(spec, 0).order if spec.row_group_rows[i]]  # a tiny split has empty ones
+        reads = RowGroupReads(spec, indexes)
+        try:
+            per_rank.append(sum(len(reads.next()[contract.LABEL]) for _ in indexes))
+        finally:
+            reads.close()
     assert sum(per_rank) == manifest.splits["train"].rows
     assert abs(per_rank[0] - per_rank[1]) <= manifest.splits["train"].num_row_groups // 2
 
 
 def test_forced_rebuild_reuses_the_trained_tokenizer_and_writes_identical_shards(spark, built):
     config, manifest, _ = built
-    before = {s: pq.read_table(contract.split_dir(config.dataset_dir, s)) for s in contract.SPLITS}
+    before = {s: read_split(config, manifest, s) for s in contract.SPLITS}
     rebuilt = build_dataset(spark, config)  # what --force does: a full rebuild into the same run_dir
     assert rebuilt.tokenizer_sha256 == manifest.tokenizer_sha256
     for name, table in before.items():
-        assert pq.read_table(contract.split_dir(config.dataset_dir, name)).equals(table), name
-    assert rebuilt.splits == manifest.splits
+        assert read_split(config, rebuilt, name).equals(table), name
+    assert rebuilt.dataset_fingerprint == manifest.dataset_fingerprint  # nothing downstream reruns
+    def without_files(splits):
+        return {name: stats.model_copy(update={"files": []}) for name, stats in splits.items()}
+
+    assert without_files(rebuilt.splits) == without_files(manifest.splits)
+    assert [[f.sha256 for f in s.files] for s in rebuilt.splits.values()] == [
+        [f.sha256 for f in s.files] for s in manifest.splits.values()]

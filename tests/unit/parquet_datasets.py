@@ -1,14 +1,17 @@
-"""Small finished datasets written with pyarrow in the contract's exact layout, for reader and model
-tests that need control over row-group sizes (uneven shards) or a task the Spark job may not write yet."""
+"""Small finished datasets written with pyarrow in the contract's exact layout (schema 3: the manifest
+lists every file with its bytes, row groups and sha256), for reader and model tests that need control
+over row-group sizes (uneven shards) or a task the Spark job may not write yet. Written through
+pipeline.storage, so `dataset_dir` may be a local path or a URI (s3://bucket/dataset)."""
 from __future__ import annotations
 
-from pathlib import Path
+import hashlib
+import os
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline import contract
+from pipeline import contract, storage
 
 
 def _manifest(task: str, max_length: int, vocab_size: int, label_map: dict, splits: dict) -> contract.Manifest:
@@ -20,23 +23,35 @@ def _manifest(task: str, max_length: int, vocab_size: int, label_map: dict, spli
     )
 
 
-def _write_split(directory: Path, tables_per_file: list[list[pa.Table]]) -> contract.SplitStats:
-    directory.mkdir(parents=True)
-    sizes, tokens = [], 0
+def parquet_bytes(tables: list[pa.Table]) -> bytes:
+    """One Parquet file, one row group per table."""
+    schema = next((t.schema for t in tables if t.num_rows), tables[0].schema)  # an empty table's ids are null-typed
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, schema) as writer:
+        for table in tables:
+            writer.write_table(table.cast(schema))
+    return sink.getvalue().to_pybytes()
+
+
+def _write_split(dataset_dir: str, split: str, tables_per_file: list[list[pa.Table]]) -> contract.SplitStats:
+    sizes, tokens, files = [], 0, []
     for number, tables in enumerate(tables_per_file):
-        path = directory / f"part-{number:05d}.parquet"
-        with pq.ParquetWriter(path, tables[0].schema) as writer:
-            for table in tables:  # one row group per table
-                writer.write_table(table)
-                sizes.append(table.num_rows)
-                tokens += int(np.sum(table.column(contract.ATTENTION_MASK).combine_chunks().flatten().to_numpy()))
+        # Spark-style names with an attempt suffix, so a test can add a stray attempt beside them.
+        path = f"{split}/part-{number:05d}-attempt0.parquet"
+        data = parquet_bytes(tables)
+        storage.write_bytes(storage.join(dataset_dir, path), data)
+        groups = [table.num_rows for table in tables]
+        files.append(contract.DataFile(path=path, bytes=len(data), row_group_rows=groups,
+                                       sha256=hashlib.sha256(data).hexdigest()))
+        sizes += groups
+        tokens += sum(int(np.sum(t.column(contract.ATTENTION_MASK).combine_chunks().flatten().to_numpy())) for t in tables)
     return contract.SplitStats(rows=sum(sizes), tokens=tokens, num_files=len(tables_per_file),
-                               num_row_groups=len(sizes), row_group_rows=sizes)
+                               num_row_groups=len(sizes), row_group_rows=sizes, files=files)
 
 
-def _publish(dataset_dir: Path, manifest: contract.Manifest) -> None:
-    contract.write_json_atomic(dataset_dir / contract.MANIFEST_FILE, manifest.model_dump(mode="json"))
-    (dataset_dir / contract.SUCCESS_FILE).write_text("")
+def _publish(dataset_dir: str, manifest: contract.Manifest) -> None:
+    contract.write_json_atomic(storage.join(dataset_dir, contract.MANIFEST_FILE), manifest.model_dump(mode="json"))
+    storage.write_text(storage.join(dataset_dir, contract.SUCCESS_FILE), "")
 
 
 def _fixed_lists(matrix: np.ndarray, value_type: pa.DataType) -> pa.ListArray:
@@ -63,9 +78,10 @@ def classification_table(first_id: int, rows: int, max_length: int, vocab_size: 
     })
 
 
-def write_classification_dataset(dataset_dir: Path, row_groups: list[list[int]], max_length: int = 8,
+def write_classification_dataset(dataset_dir: str | os.PathLike, row_groups: list[list[int]], max_length: int = 8,
                                  vocab_size: int = 60, num_labels: int = 3) -> contract.Manifest:
     """row_groups: rows per row group, per train file, e.g. [[50, 7], [30]]; val/test get one small file."""
+    dataset_dir = str(dataset_dir)
     next_id = 0
     train_tables = []
     for file_groups in row_groups:
@@ -74,9 +90,9 @@ def write_classification_dataset(dataset_dir: Path, row_groups: list[list[int]],
             tables.append(classification_table(next_id, rows, max_length, vocab_size, num_labels))
             next_id += rows
         train_tables.append(tables)
-    splits = {"train": _write_split(dataset_dir / "train", train_tables)}
+    splits = {"train": _write_split(dataset_dir, "train", train_tables)}
     for split in ("val", "test"):
-        splits[split] = _write_split(dataset_dir / split, [[classification_table(next_id, 24, max_length, vocab_size, num_labels)]])
+        splits[split] = _write_split(dataset_dir, split, [[classification_table(next_id, 24, max_length, vocab_size, num_labels)]])
         next_id += 24
     manifest = _manifest("classification", max_length, vocab_size, {f"class{i}": i for i in range(num_labels)}, splits)
     _publish(dataset_dir, manifest)
@@ -119,9 +135,10 @@ def causal_table(rows: list[dict[str, list[int]]], first_id: int) -> pa.Table:
     })
 
 
-def write_causal_dataset(dataset_dir: Path, max_length: int = 16, vocab_size: int = 40,
+def write_causal_dataset(dataset_dir: str | os.PathLike, max_length: int = 16, vocab_size: int = 40,
                          num_documents: int = 120, rows_per_group: int = 8) -> contract.Manifest:
     """Packed blocks of counting documents (each document is a run of consecutive token ids)."""
+    dataset_dir = str(dataset_dir)
     rng = np.random.default_rng(7)
     documents = []
     for _ in range(num_documents):
@@ -134,7 +151,7 @@ def write_causal_dataset(dataset_dir: Path, max_length: int = 16, vocab_size: in
     for split, rows in parts.items():
         groups = [causal_table(rows[i:i + rows_per_group], next_id + i) for i in range(0, len(rows), rows_per_group)]
         next_id += len(rows)
-        splits[split] = _write_split(dataset_dir / split, [groups[i::2] for i in range(2) if groups[i::2]])
+        splits[split] = _write_split(dataset_dir, split, [groups[i::2] for i in range(2) if groups[i::2]])
     manifest = _manifest("causal_lm", max_length, vocab_size, {}, splits)
     _publish(dataset_dir, manifest)
     return manifest

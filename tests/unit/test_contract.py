@@ -13,7 +13,8 @@ def test_a_version_1_manifest_still_loads(tmp_path):
     }
     (tmp_path / contract.MANIFEST_FILE).write_text(json.dumps(v1))
     (tmp_path / contract.SUCCESS_FILE).write_text("")
-    manifest = contract.load_manifest(tmp_path)
+    manifest = contract.load_manifest(str(tmp_path))
     assert manifest.schema_version == 1 and manifest.eos_id is None and manifest.duplicates_removed == 0
     assert manifest.splits["train"].rows == 2 and manifest.splits["train"].documents == 0
-    assert contract.SCHEMA_VERSION == 2
+    assert manifest.splits["train"].files == [] and manifest.dataset_fingerprint == ""
+    assert contract.SCHEMA_VERSION == 3

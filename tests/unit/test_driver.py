@@ -20,15 +20,17 @@ def finished_run(tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"text": "a document", "label": "x"}\n')
     config = _config(tmp_path / "run", corpus)
-    config.dataset_dir.mkdir(parents=True)
+    dataset = Path(config.dataset_dir)
+    dataset.mkdir(parents=True)
     manifest = contract.Manifest(
-        schema_version=contract.SCHEMA_VERSION, task="classification", max_length=128, vocab_size=500, pad_id=0,
+        schema_version=contract.SCHEMA_VERSION, task="classification", max_length=8, vocab_size=10, pad_id=0,
         tokenizer_sha256="0" * 64, label_map={"x": 0}, input_records=1, rejected_records=0, rejected_by_reason={},
-        token_count=2, splits={}, config=config.to_dict(),
+        token_count=1, splits={}, config=config.to_dict(), dataset_fingerprint="f" * 64,
     )
-    (config.dataset_dir / contract.MANIFEST_FILE).write_text(manifest.model_dump_json())
-    (config.dataset_dir / contract.SUCCESS_FILE).touch()
-    config.model_dir.mkdir()
+    (dataset / contract.MANIFEST_FILE).write_text(manifest.model_dump_json())
+    (dataset / contract.SUCCESS_FILE).touch()
+    Path(config.model_dir).mkdir()
+    (Path(config.model_dir) / "_SUCCESS").touch()
     (Path(config.run_dir) / "eval.json").write_text("{}")
     for stage in driver.STAGES:
         driver.write_marker(config, stage, ["recorded"])

@@ -4,6 +4,7 @@ import gzip
 import numpy as np
 import pytest
 
+from pipeline import storage
 from pipeline.config import ShardConfig
 from spark_jobs.read import EmptyFile, plan_chunks, read_chunk_lines
 from spark_jobs.shard import plan_split
@@ -43,7 +44,7 @@ def test_chunks_cover_every_line_exactly_once(tmp_path):
     size = path.stat().st_size
     for chunk_bytes in range(1, size + 2):
         got = []
-        for _, start, end in plan_chunks([str(path)], chunk_bytes, whole_files=False):
+        for _, start, end in plan_chunks([storage.info(str(path))], chunk_bytes, whole_files=False):
             got += [raw for raw, _ in read_chunk_lines(str(path), start, end)]
         assert got == expected, chunk_bytes
 
@@ -67,4 +68,4 @@ def test_corrupt_gzip_member_ends_the_file_with_an_error_and_empty_files_are_mar
     empty.write_bytes(b"")
     [(marker, offset)] = read_chunk_lines(str(empty), 0, -1)
     assert isinstance(marker, EmptyFile) and offset == 0
-    assert plan_chunks([str(path)], 1, whole_files=False) == [(str(path), 0, -1)]  # gzip is never cut
+    assert plan_chunks([storage.info(str(path))], 1, whole_files=False) == [(str(path), 0, -1)]  # gzip is never cut
