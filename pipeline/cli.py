@@ -16,7 +16,6 @@ from pipeline.errors import MissingPathError, ShardlineError
 # else is a bug or a broken environment and keeps its traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (ShardlineError,)
 USER_ERROR_EXIT = 2
-STAGE_COMMANDS = ("preprocess", "train", "evaluate", "run")
 
 
 def version_text() -> str:
