@@ -30,7 +30,7 @@ def train_on_synthetic(run_dir: Path, rows: int, max_length: int, train: dict, d
     manifest = write_classification_dataset(run_dir / "dataset", [[rows // (files * groups)] * groups for _ in range(files)],
                                             max_length=max_length, vocab_size=vocab_size, num_labels=4)
     config = build_config({
-        "run_dir": str(run_dir), "data": {"input": "synthetic"}, "tokenizer": {"path": "synthetic"},
+        "run_dir": str(run_dir), "data": {"input": "synthetic", "label_column": "label"}, "tokenizer": {"path": "synthetic"},
         "preprocess": {"max_length": max_length}, "train": {"log_every": 100, "resume": "never", **train},
     })
     torch.manual_seed(0)

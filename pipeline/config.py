@@ -7,42 +7,98 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from pipeline.errors import MissingPathError, ShardlineError
 
 
-class ConfigError(ValueError):
+class ConfigError(ShardlineError):
     """A config problem, phrased as one line that names the key."""
 
 
+class InvalidKey(ValueError):
+    """Raised inside a validator when the problem belongs to a key other than the one validated
+    (a combination of sections): `key` is the dotted path the message is about."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # Field meanings are the attribute docstrings below each field: pydantic keeps them as the
+    # fields' descriptions, and docs/config.md is generated from those.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
 
 
 class DataConfig(_Strict):
-    input: str  # a path, directory or glob; relative paths resolve against the working directory
+    """Where the corpus is and which fields of a record to read."""
+
+    input: str
+    """A file, a directory (read recursively; names starting with `.` or `_` are skipped) or a glob. Relative paths resolve against the working directory."""
     format: Literal["auto", "text", "jsonl", "parquet", "csv"] = "auto"
+    """How to read the files. `auto` picks it from the extensions (.txt, .jsonl/.json, .parquet, .csv, optionally .gz/.bz2); all files must agree."""
     text_column: str = "text"
-    label_column: str | None = None  # required for classification; labels may be strings
-    id_column: str | None = None  # stable document id in the input; else sha256 of the cleaned text
-    labels: list[str] | None = None  # the allowed label set; others are rejected as unknown_label
-    doc_per_file: bool = False  # text format: each file is one document instead of one per line
-    chunk_mb: int = Field(64, ge=1)  # uncompressed text/jsonl files are read in chunks this big, in parallel
+    """The field (jsonl), column (csv, parquet) holding each document's text; not used for `text`."""
+    label_column: str | None = None
+    """The field or column holding each document's label (strings or integers). Required when preprocess.task is classification."""
+    id_column: str | None = None
+    """A field or column with a stable document id; when null, a document's id is the sha256 of its cleaned text."""
+    labels: list[str] | None = None
+    """The allowed label set: other labels are rejected as unknown_label. When null, the labels found in the data."""
+    doc_per_file: bool = False
+    """For `text`: each file is one document, instead of one document per line."""
+    chunk_mb: int = Field(64, ge=1)
+    """Uncompressed text/jsonl files are read in chunks of this many MiB, one Spark task each."""
+
+
+# The special tokens each trained tokenizer needs, and the defaults when none are configured.
+REQUIRED_SPECIAL_TOKENS = {"wordpiece": ("[UNK]", "[PAD]", "[CLS]", "[SEP]"), "bpe": ("<unk>", "<pad>", "<s>", "</s>")}
+DEFAULT_SPECIAL_TOKENS = {"wordpiece": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], "bpe": ["<pad>", "<unk>", "<s>", "</s>"]}
 
 
 class TokenizerTrainConfig(_Strict):
+    """Train a tokenizer on a sample of the corpus inside the Spark job."""
+
     kind: Literal["wordpiece", "bpe"] = "wordpiece"
+    """`wordpiece`: BERT-style, lowercased, rows wrapped in `[CLS]`/`[SEP]`. `bpe`: GPT-style byte-level BPE, lossless, with `<s>`/`</s>`."""
     vocab_size: int = Field(8000, ge=100)
-    sample_size: int = Field(100_000, ge=1)  # documents drawn (by Spark) to train on
-    special_tokens: list[str] = Field(default_factory=lambda: ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    """Tokens in the trained vocabulary, special tokens included."""
+    sample_size: int = Field(100_000, ge=1)
+    """Documents drawn (by Spark, seeded by preprocess.seed) to train the tokenizer on."""
+    special_tokens: list[str] = Field(default_factory=lambda: list(DEFAULT_SPECIAL_TOKENS["wordpiece"]))
+    """Special tokens, given the first ids. The default for bpe is `['<pad>', '<unk>', '<s>', '</s>']`; a custom list must include the kind's four (wordpiece: `[UNK] [PAD] [CLS] [SEP]`, bpe: `<unk> <pad> <s> </s>`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults_for_kind(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("special_tokens") is None:
+            data = {**data, "special_tokens": list(DEFAULT_SPECIAL_TOKENS.get(data.get("kind", "wordpiece"), []))}
+        return data
+
+    @field_validator("special_tokens")
+    @classmethod
+    def _has_required_tokens(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        kind = info.data.get("kind")
+        missing = [token for token in REQUIRED_SPECIAL_TOKENS.get(kind, ()) if token not in value]
+        if missing:
+            raise ValueError(f"a {kind} tokenizer needs the special tokens {missing} too "
+                             f"(or leave special_tokens out for the {kind} defaults)")
+        return value
 
 
 class TokenizerConfig(_Strict):
-    path: str | None = None  # local HF tokenizer dir, tokenizer.json or pkg://PACKAGE/dir (a hub name when online)
+    """The tokenizer: exactly one of `path` (an existing one) or `train` (train one from the corpus)."""
+
+    path: str | None = None
+    """An existing tokenizer: a local Hugging Face tokenizer directory, a tokenizer.json, or pkg://PACKAGE/dir (a directory inside an installed package). A hub name works only when online."""
     train: TokenizerTrainConfig | None = None
+    """Train a tokenizer from the corpus instead (see tokenizer.train.*)."""
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> "TokenizerConfig":
@@ -52,9 +108,14 @@ class TokenizerConfig(_Strict):
 
 
 class SplitConfig(_Strict):
+    """Fractions of the documents in each split (assigned by a hash of the document id and the seed)."""
+
     train: float = Field(0.8, ge=0, le=1)
+    """Share of documents in the train split."""
     val: float = Field(0.1, ge=0, le=1)
+    """Share of documents in the val split (evaluated during training)."""
     test: float = Field(0.1, ge=0, le=1)
+    """Share of documents in the test split (evaluated by `shardline evaluate`). The three must sum to 1."""
 
     @model_validator(mode="after")
     def _sums_to_one(self) -> "SplitConfig":
@@ -65,38 +126,64 @@ class SplitConfig(_Strict):
 
 
 class ShardConfig(_Strict):
-    target_mb: float = Field(128, gt=0)  # approximate Parquet file size; sets the number of files per split
-    row_group_rows: int = Field(8192, ge=1)  # upper bound on rows per row group (groups are equal-sized)
-    divisible_by: int = Field(8, ge=1)  # row groups per split are a multiple of this: equal shares per rank
+    """How each split is laid out in Parquet files and row groups."""
+
+    target_mb: float = Field(128, gt=0)
+    """Approximate Parquet file size in MB; sets the number of files per split."""
+    row_group_rows: int = Field(8192, ge=1)
+    """Upper bound on rows per row group (the groups of a split are equal-sized, to within one row)."""
+    divisible_by: int = Field(8, ge=1)
+    """Row groups per split are a multiple of this, so any process count dividing it gets equal shares."""
     compression: Literal["zstd", "snappy"] = "zstd"
+    """Parquet compression codec."""
 
 
 class PreprocessConfig(_Strict):
+    """The Spark job: cleaning, splitting, tokenizing and sharding."""
+
     task: Literal["classification", "causal_lm"] = "classification"
+    """`classification`: one padded row per document, with its label. `causal_lm`: documents packed into blocks for next-token prediction."""
     max_length: int = Field(128, ge=2)
+    """Tokens per row (special tokens included); longer documents are truncated (or windowed, with stride)."""
     split: SplitConfig = Field(default_factory=SplitConfig)
+    """Train/val/test fractions."""
     seed: int = 0
-    normalization: Literal["NFKC", "NFC", "NFKD", "NFD", "none"] = "NFKC"  # Unicode form applied before hashing
-    collapse_whitespace: bool = True  # runs of whitespace become one space, ends trimmed
-    min_chars: int = Field(1, ge=0)  # shorter cleaned documents are rejected as too_short
-    max_chars: int | None = Field(1_000_000, ge=1)  # longer ones are rejected as too_long (None: no limit)
-    dedup: bool = True  # drop exact duplicates of the cleaned text (counted in the manifest)
-    stride: int | None = Field(None, ge=1)  # classification: overlap, in tokens, of windows over long documents
-    drop_remainder: bool = False  # causal_lm: drop each stream's last partial block instead of padding it
-    num_partitions: int = Field(8, ge=1)  # Spark partitions documents are hashed into before tokenization
+    """Seeds the split assignment and the tokenizer's training sample."""
+    normalization: Literal["NFKC", "NFC", "NFKD", "NFD", "none"] = "NFKC"
+    """Unicode normalization form applied to the text before anything else (ids hash the cleaned text)."""
+    collapse_whitespace: bool = True
+    """Turn runs of whitespace into one space and trim the ends."""
+    min_chars: int = Field(1, ge=0)
+    """Cleaned documents shorter than this are rejected as too_short."""
+    max_chars: int | None = Field(1_000_000, ge=1)
+    """Cleaned documents longer than this are rejected as too_long (null: no limit)."""
+    dedup: bool = True
+    """Drop exact duplicates of the cleaned text (counted in the manifest's duplicates_removed)."""
+    stride: int | None = Field(None, ge=1)
+    """Classification: cut a long document into windows of max_length overlapping by this many tokens, one row each, instead of truncating it."""
+    drop_remainder: bool = False
+    """causal_lm: drop each stream's last partial block instead of padding it."""
+    num_partitions: int = Field(8, ge=1)
+    """Spark partitions the documents are hashed into before tokenization (and causal_lm streams)."""
     shard: ShardConfig = Field(default_factory=ShardConfig)
+    """Parquet layout (see preprocess.shard.*)."""
 
     @model_validator(mode="after")
     def _stride_fits(self) -> "PreprocessConfig":
         if self.stride is not None and self.stride >= self.max_length - 2:
-            raise ValueError(f"stride {self.stride} must be below max_length - 2 ({self.max_length - 2})")
+            raise InvalidKey("stride", f"{self.stride} must be below max_length - 2 ({self.max_length - 2})")
         return self
 
 
 class SparkConfig(_Strict):
+    """How `shardline preprocess` submits the Spark job; never changes the dataset."""
+
     master: str = "local[*]"
-    conf: dict[str, str] = Field(default_factory=dict)  # passed through as --conf key=value
-    py_files: list[str] = Field(default_factory=list)  # passed as --py-files (e.g. the `shardline package` zip)
+    """spark-submit --master: local[N], spark://HOST:7077, yarn, k8s://..."""
+    conf: dict[str, str] = Field(default_factory=dict)
+    """Spark settings, passed as --conf key=value (e.g. spark.executor.memory: 4g)."""
+    py_files: list[str] = Field(default_factory=list)
+    """Passed as --py-files, e.g. the zip `shardline package` writes, for executors without this checkout."""
 
     @field_validator("conf", mode="before")
     @classmethod
@@ -107,55 +194,128 @@ class SparkConfig(_Strict):
         return value
 
 
+# The task each model trains on: train.model's default follows preprocess.task.
+MODEL_TASKS = {"mlp": "classification", "bert": "classification", "gpt2": "causal_lm"}
+DEFAULT_MODELS = {"classification": "mlp", "causal_lm": "gpt2"}
+
+
 class TrainConfig(_Strict):
+    """Training: the model, optimization, precision, data parallelism, checkpoints."""
+
     model: Literal["mlp", "bert", "gpt2"] = "mlp"
-    model_config_: dict[str, Any] = Field(default_factory=dict, alias="model_config")  # bert/gpt2 settings
-    pretrained: str | None = None  # local directory (or pkg://PACKAGE/dir) of a pretrained transformers model
+    """`mlp` (mean of token embeddings, a small classifier), `bert` (BertForSequenceClassification) or `gpt2` (GPT2LMHeadModel, for causal_lm). When not set: mlp for classification, gpt2 for causal_lm."""
+    model_config_: dict[str, Any] = Field(default_factory=dict, alias="model_config")
+    """bert/gpt2 only: BertConfig or GPT2Config fields, e.g. {hidden_size: 64, num_hidden_layers: 1}. Unset fields use small CPU-friendly defaults."""
+    pretrained: str | None = None
+    """bert/gpt2 only: a local directory (or pkg://PACKAGE/dir) of a pretrained transformers model to fine-tune; preprocess with its tokenizer (tokenizer.path)."""
     epochs: int = Field(1, ge=1)
-    max_steps: int | None = Field(None, ge=1)  # stop early after this many optimizer steps
-    batch_size: int = Field(32, ge=1)  # per process and micro-batch
-    grad_accum_steps: int = Field(1, ge=1)  # micro-batches per optimizer step
+    """Passes over the train split."""
+    max_steps: int | None = Field(None, ge=1)
+    """Stop after this many optimizer steps, even mid-epoch."""
+    batch_size: int = Field(32, ge=1)
+    """Rows per micro-batch, per process."""
+    grad_accum_steps: int = Field(1, ge=1)
+    """Micro-batches per optimizer step."""
     optimizer: Literal["adamw", "adam", "sgd", "rmsprop"] = "adamw"
+    """The torch.optim optimizer (sgd with momentum 0.9)."""
     lr: float = Field(1e-3, gt=0)
+    """Peak learning rate (after warmup)."""
     weight_decay: float = Field(0.0, ge=0)
-    scheduler: Literal["linear", "cosine", "constant"] = "constant"  # after warmup, via transformers.get_scheduler
-    warmup_steps: int = Field(0, ge=0)  # linear warmup from 0 to lr
-    max_grad_norm: float | None = Field(None, gt=0)  # clip the global grad norm; None = no clipping
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: bf16 on CUDA that has it, else fp32
-    compile: bool = False  # torch.compile the model (needs a C compiler on CPU)
+    """The optimizer's weight decay."""
+    scheduler: Literal["linear", "cosine", "constant"] = "constant"
+    """Learning-rate schedule after warmup (transformers.get_scheduler)."""
+    warmup_steps: int = Field(0, ge=0)
+    """Steps of linear warmup from 0 to lr."""
+    max_grad_norm: float | None = Field(None, gt=0)
+    """Clip the global gradient norm to this (null: no clipping)."""
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    """Autocast precision: auto is bf16 on a CUDA device that has it, else fp32; fp16 uses a GradScaler."""
+    compile: bool = False
+    """torch.compile the model (needs a C compiler on CPU)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    nproc: int = Field(1, ge=1)  # data-parallel processes (torchrun --nproc_per_node)
+    """Where to train: auto is CUDA when a device is visible, else CPU."""
+    nproc: int = Field(1, ge=1)
+    """Data-parallel processes on this machine (torchrun --nproc_per_node); 1 runs plain Python."""
     seed: int = 0
+    """Seeds the weights' initialization, the data order and the shuffle buffer."""
     log_every: int = Field(10, ge=1)
-    eval_every: int | None = Field(None, ge=1)  # steps between val evaluations (also at the end)
-    checkpoint_every: int | None = Field(None, ge=1)  # steps between checkpoints (also each epoch end)
-    num_checkpoints_kept: int = Field(2, ge=1)  # older checkpoints are deleted
-    resume: Literal["auto", "never"] = "auto"  # auto: continue from the newest valid checkpoint in run_dir
-    num_reader_workers: int = Field(2, ge=1)  # parallel single-worker Petastorm streams per process
-    num_shuffle_row_groups: int = Field(4, ge=1)  # row groups mixed by the in-memory shuffle buffer
-    record_sample_ids: bool = False  # write run_dir/samples/rank-N.jsonl (ids per step), to audit the data order
-    hidden_size: int = Field(128, ge=1)  # mlp only
-    embedding_dim: int = Field(64, ge=1)  # mlp only
+    """Steps between lines in metrics.jsonl (and progress lines on the console)."""
+    eval_every: int | None = Field(None, ge=1)
+    """Steps between evaluations on the val split (null: only at the end)."""
+    checkpoint_every: int | None = Field(None, ge=1)
+    """Steps between checkpoints (one is also written at each epoch end and at the end)."""
+    num_checkpoints_kept: int = Field(2, ge=1)
+    """Checkpoints kept in run_dir/checkpoints; older ones are deleted."""
+    resume: Literal["auto", "never"] = "auto"
+    """auto: continue from the newest valid checkpoint of the same train config and dataset; never: start over."""
+    num_reader_workers: int = Field(2, ge=1)
+    """Parallel single-worker Petastorm streams per process."""
+    num_shuffle_row_groups: int = Field(4, ge=1)
+    """Row groups mixed together by the in-memory shuffle buffer."""
+    record_sample_ids: bool = False
+    """Write the ids each step trained on to run_dir/samples/rank-N.jsonl, to audit the data order."""
+    hidden_size: int = Field(128, ge=1)
+    """mlp only: width of the hidden layer."""
+    embedding_dim: int = Field(64, ge=1)
+    """mlp only: width of the token embeddings."""
 
     # `model_config` is pydantic's own attribute name, hence the alias; model_* names are ours here.
     model_config = ConfigDict(
-        extra="forbid", validate_assignment=True, populate_by_name=True, protected_namespaces=()
+        extra="forbid", validate_assignment=True, populate_by_name=True, protected_namespaces=(),
+        use_attribute_docstrings=True,
     )
+
+    @model_validator(mode="after")
+    def _settings_fit_the_model(self) -> "TrainConfig":
+        if self.model == "mlp" and self.pretrained is not None:
+            raise InvalidKey("pretrained", "only bert and gpt2 load pretrained weights, and train.model is mlp; "
+                                           "set train.model: bert (or gpt2), or remove train.pretrained")
+        if self.model == "mlp" and self.model_config_:
+            raise InvalidKey("model_config", "holds bert/gpt2 settings, and train.model is mlp (which uses "
+                                             "train.hidden_size and train.embedding_dim); set train.model or remove it")
+        width, heads = ("hidden_size", "num_attention_heads") if self.model == "bert" else ("n_embd", "n_head")
+        settings = {**(BERT_DEFAULTS if self.model == "bert" else GPT2_DEFAULTS), **self.model_config_}
+        if self.model != "mlp" and not self.pretrained and _divides(settings.get(heads), settings.get(width)) is False:
+            raise InvalidKey("model_config", f"{width} {settings[width]} must be a multiple of {heads} {settings[heads]}")
+        return self
+
+
+# Small defaults so a config without train.model_config trains on CPU in seconds (training/models.py builds them).
+BERT_DEFAULTS = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256)
+GPT2_DEFAULTS = dict(n_embd=128, n_layer=2, n_head=2)
+
+
+def _divides(divisor: Any, number: Any) -> bool | None:
+    if isinstance(divisor, int) and isinstance(number, int) and divisor > 0:
+        return number % divisor == 0
+    return None
 
 
 class EvalConfig(_Strict):
+    """`shardline evaluate`: which split, in what batches."""
+
     split: Literal["train", "val", "test"] = "test"
+    """The split to evaluate (an empty test split falls back to val)."""
     batch_size: int = Field(64, ge=1)
+    """Rows per evaluation batch."""
 
 
 class ReaderConfig(_Strict):
-    backend: Literal["petastorm", "pyarrow"] = "petastorm"  # what reads row groups; pyarrow needs no petastorm/pyspark
+    """How training and evaluation read the dataset's row groups."""
+
+    backend: Literal["petastorm", "pyarrow"] = "petastorm"
+    """What reads row groups: `petastorm` (make_batch_reader streams), or `pyarrow` (pyarrow.fs, which needs no petastorm or pyspark)."""
 
 
 class S3StorageConfig(_Strict):
-    endpoint: str | None = None  # e.g. http://minio:9000; else AWS_ENDPOINT_URL(_S3), else AWS itself
-    region: str | None = None  # else AWS_REGION / AWS_DEFAULT_REGION
-    anonymous: bool = False  # public buckets: send no credentials
+    """S3 (and S3-compatible stores such as MinIO) options."""
+
+    endpoint: str | None = None
+    """The S3 endpoint, e.g. http://minio:9000; when null, AWS_ENDPOINT_URL(_S3) from the environment, else AWS itself."""
+    region: str | None = None
+    """The bucket's region; when null, AWS_REGION / AWS_DEFAULT_REGION."""
+    anonymous: bool = False
+    """Send no credentials (public buckets)."""
 
 
 class StorageConfig(_Strict):
@@ -163,10 +323,15 @@ class StorageConfig(_Strict):
     profile files, instance role), so they never land in a saved config, manifest or log."""
 
     s3: S3StorageConfig = Field(default_factory=S3StorageConfig)
+    """S3 options (see storage.s3.*)."""
     connect_timeout_s: float = Field(10.0, gt=0)
+    """Seconds to wait for a connection to the store."""
     request_timeout_s: float = Field(60.0, gt=0)
-    max_attempts: int = Field(3, ge=1)  # per request: a wrong endpoint or bucket fails in seconds
-    local_dir: str | None = None  # local disk for what cannot be appended to on an object store (logs, TensorBoard)
+    """Seconds to wait for one request to the store."""
+    max_attempts: int = Field(3, ge=1)
+    """Attempts per request, so a wrong endpoint or bucket fails in seconds."""
+    local_dir: str | None = None
+    """Local disk for what cannot be appended to on an object store (logs, TensorBoard); when null, run_dir itself when it is local, else a folder under ~/.cache/shardline."""
 
     def options(self):
         from pipeline.storage import StorageOptions
@@ -179,15 +344,55 @@ class StorageConfig(_Strict):
 
 
 class ShardlineConfig(_Strict):
-    run_dir: str  # a local path or a URI (s3://bucket/runs/x, gs://…, hdfs://…)
+    """A whole run: every stage reads this one tree."""
+
+    run_dir: str
+    """The run's directory, a local path or a URI (s3://bucket/runs/x, gs://…, hdfs://…): dataset/, tokenizer/, model/, logs/, stages/, checkpoints/, metrics and eval.json all go under it."""
     data: DataConfig
+    """The input corpus (see data.*)."""
     tokenizer: TokenizerConfig
+    """The tokenizer: tokenizer.path or tokenizer.train."""
     preprocess: PreprocessConfig = Field(default_factory=PreprocessConfig)
+    """The Spark job (see preprocess.*)."""
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    """spark-submit settings (see spark.*); they never change results, so they never rerun a stage."""
     train: TrainConfig = Field(default_factory=TrainConfig)
+    """Training (see train.*)."""
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    """Evaluation (see eval.*)."""
     reader: ReaderConfig = Field(default_factory=ReaderConfig)
+    """How the dataset is read (see reader.*)."""
     storage: StorageConfig = Field(default_factory=StorageConfig)
+    """Store options for URIs in run_dir and data.input (see storage.*)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_follows_task(cls, data: Any) -> Any:
+        """train.model, when not set, is the task's default model (mlp, or gpt2 for causal_lm)."""
+        if not isinstance(data, dict):
+            return data
+        train, preprocess = data.get("train"), data.get("preprocess")
+        task = preprocess.get("task") if isinstance(preprocess, dict) else None
+        if task in DEFAULT_MODELS and (train is None or (isinstance(train, dict) and "model" not in train)):
+            data = {**data, "train": {**(train or {}), "model": DEFAULT_MODELS[task]}}
+        return data
+
+    @model_validator(mode="after")
+    def _sections_agree(self) -> "ShardlineConfig":
+        task, model = self.preprocess.task, self.train.model
+        if MODEL_TASKS[model] != task:
+            raise InvalidKey("train.model", f"{model} trains {MODEL_TASKS[model]}, but preprocess.task is {task}; "
+                                            f"use train.model: {DEFAULT_MODELS[task]} (or change preprocess.task)")
+        if task == "classification" and self.data.label_column is None:
+            raise InvalidKey("data.label_column", "required when preprocess.task is classification (the default): name the "
+                                                  "field holding each document's label (for unlabelled text, use "
+                                                  "preprocess.task: causal_lm)")
+        positions = self.train.model_config_.get("max_position_embeddings")  # gpt2 grows n_positions itself
+        if model == "bert" and isinstance(positions, int) and positions < self.preprocess.max_length:
+            raise InvalidKey("train.model_config", f"max_position_embeddings {positions} is below "
+                                                   f"preprocess.max_length {self.preprocess.max_length}; raise it or "
+                                                   "lower preprocess.max_length")
+        return self
 
     # Locations every stage agrees on: URI strings joined through the storage layer, derived and
     # never configured, so they cannot disagree.
@@ -244,7 +449,8 @@ def resolve_local_path(text: str) -> str:
 
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"{text}: package {package!r} is not installed in this environment")
+        raise MissingPathError(f"{text}: package {package!r} is not installed in this environment "
+                               f"({sys.executable}); pip install it, or name a local directory instead")
     return str(Path(list(spec.submodule_search_locations)[0]) / inner)
 
 
@@ -284,14 +490,21 @@ def apply_override(tree: dict[str, Any], parts: list[str], value: Any) -> None:
 
 def _format_error(error: ValidationError) -> str:
     first = error.errors()[0]
-    key = ".".join(str(p) for p in first["loc"]) or "<root>"
+    loc = [str(part) for part in first["loc"]]
+    cause = first.get("ctx", {}).get("error")
     message = first["msg"]
-    if first["type"] == "extra_forbidden":
+    if isinstance(cause, InvalidKey):
+        loc, message = loc + cause.key.split("."), str(cause)
+    elif first["type"] == "value_error" and cause is not None:
+        message = str(cause)  # our own validator's sentence, without pydantic's "Value error, " prefix
+    elif first["type"] == "extra_forbidden":
         message = "unknown key"
     elif first["type"] == "missing":
         message = "required key is missing"
+    elif isinstance(first.get("input"), (str, int, float, bool)):
+        message += f" (got {first['input']!r})"
     more = f" (and {error.error_count() - 1} more problem(s))" if error.error_count() > 1 else ""
-    return f"config key {key}: {message}{more}"
+    return f"config key {'.'.join(loc) or '<root>'}: {message}{more}"
 
 
 def build_config(tree: dict[str, Any], overrides: list[str] = ()) -> ShardlineConfig:

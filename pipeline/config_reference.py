@@ -3,17 +3,14 @@
     python -m pipeline.config_reference --write    # or: make config-docs
     python -m pipeline.config_reference --check    # exit 1 when docs/config.md is stale
 
-Each key's meaning is the one-line comment beside its field in pipeline/config.py, so the comment
-every field carries is the documentation, and there is one place to edit.
+Each key's meaning is its field's description: the attribute docstring under the field in
+pipeline/config.py (pydantic's `use_attribute_docstrings`), so the models are the one place to edit,
+and the same text reaches the JSON schema (`ShardlineConfig.model_json_schema()`).
 """
 from __future__ import annotations
 
 import argparse
-import ast
-import inspect
-import io
 import sys
-import tokenize
 import types
 import typing
 from pathlib import Path
@@ -21,7 +18,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from pipeline import config as config_module
 from pipeline.config import ShardlineConfig
 
 REFERENCE_PATH = Path(__file__).resolve().parent.parent / "docs" / "config.md"
@@ -33,26 +29,6 @@ do not edit by hand. A test fails when this file is stale.
 Keys are dotted paths into the YAML recipe, and the same paths work as `--set key=value` overrides.
 **required** keys have no default. Unknown keys are errors.
 """
-
-
-def field_comments() -> dict[str, dict[str, str]]:
-    """{class name: {field name: the comment on its line}} from the source of pipeline/config.py."""
-    source = inspect.getsource(config_module)
-    comments_by_line = {
-        token.start[0]: token.string.lstrip("#").strip()
-        for token in tokenize.generate_tokens(io.StringIO(source).readline)
-        if token.type == tokenize.COMMENT
-    }
-    result: dict[str, dict[str, str]] = {}
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ClassDef):
-            fields = result.setdefault(node.name, {})
-            for statement in node.body:
-                if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
-                    lines = range(statement.lineno, (statement.end_lineno or statement.lineno) + 1)
-                    text = " ".join(comments_by_line[line] for line in lines if line in comments_by_line)
-                    fields[statement.target.id] = text
-    return result
 
 
 def type_name(annotation: Any) -> str:
@@ -80,16 +56,17 @@ def _default_text(field) -> str:
     return "null" if value is None else f"`{value}`"
 
 
-def reference_rows(model: type[BaseModel], comments: dict[str, dict[str, str]], prefix: str = "") -> list[tuple[str, ...]]:
+def reference_rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, ...]]:
+    """(dotted key, type, default, description) for every key under model, depth first."""
     rows = []
     for name, field in model.model_fields.items():
         key = prefix + (field.alias or name)
         annotation = field.annotation
         nested = _nested_model(annotation)
-        meaning = comments.get(model.__name__, {}).get(name, "")
+        meaning = " ".join((field.description or "").split())
         rows.append((key, type_name(annotation) + _bounds_text(field), _default_text(field), meaning))
         if nested is not None:
-            rows += reference_rows(nested, comments, key + ".")
+            rows += reference_rows(nested, key + ".")
     return rows
 
 
@@ -110,9 +87,8 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
 
 
 def render_reference() -> str:
-    comments = field_comments()
     lines = [HEADER, "| key | type | default | meaning |", "| --- | --- | --- | --- |"]
-    for key, kind, default, meaning in reference_rows(ShardlineConfig, comments):
+    for key, kind, default, meaning in reference_rows(ShardlineConfig):
         lines.append(f"| `{key}` | {kind} | {default} | {meaning.replace('|', chr(92) + '|')} |")
     return "\n".join(lines) + "\n"
 

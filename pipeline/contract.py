@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline import storage
+from pipeline.errors import ShardlineError
 
 # 1: classification rows (id, input_ids, attention_mask, label), manifest.json + _SUCCESS.
 # 2: causal_lm rows (position_ids, segment_ids); row groups per split a multiple of shard.divisible_by;
@@ -128,8 +129,19 @@ def write_json_atomic(uri: str, payload: Any) -> None:
     storage.write_text(str(uri), json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
 
-class DatasetNotReadyError(RuntimeError):
-    pass
+class DatasetConflictError(ShardlineError):
+    """The run_dir holds a dataset built from another config or other input files."""
+
+
+def changed_dataset_sections(manifest: Manifest, config: dict[str, Any]) -> list[str]:
+    """The DATASET_SECTIONS in which a config (as a dict) differs from the one a dataset was built
+    from: the Spark job refuses to overwrite such a dataset without --force, and the driver says so
+    before starting it."""
+    return sorted(name for name in DATASET_SECTIONS if config.get(name) != manifest.config.get(name))
+
+
+class DatasetNotReadyError(ShardlineError):
+    """A dataset directory without _SUCCESS: its preprocess job never finished there."""
 
 
 def load_manifest(dataset_dir: str) -> Manifest:

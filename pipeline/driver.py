@@ -15,15 +15,16 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline import contract, inputs, storage
+from pipeline import console, contract, inputs, storage
 from pipeline.config import ShardlineConfig, save_config
+from pipeline.errors import MissingPathError, ShardlineError
 
 PREPROCESS_SCRIPT = Path(__file__).resolve().parent.parent / "spark_jobs" / "preprocess.py"
 STAGES = ("preprocess", "train", "evaluate")
@@ -35,15 +36,20 @@ STAGE_SECTIONS = {
 }
 MARKER_DIR = "stages"
 RESOLVED_CONFIG = "config.resolved.yaml"
+USER_ERROR_EXIT = 2  # what every stage exits with on a ShardlineError (its one-line message on stderr)
 
 
 class StageFailed(RuntimeError):
     def __init__(self, stage: str, code: int, log_path: Path):
-        super().__init__(f"stage {stage} failed with exit code {code}; full log: {log_path}")
+        if code == USER_ERROR_EXIT:
+            message = f"{stage} stopped on the error above; full log: {log_path}"
+        else:
+            message = f"{stage} failed with exit code {code}; full log: {log_path}"
+        super().__init__(message)
         self.stage, self.code, self.log_path = stage, code, log_path
 
 
-class StageOrderError(ValueError):
+class StageOrderError(ShardlineError):
     """--from/--to name an empty range, or a skipped earlier stage left no output to start from."""
 
 
@@ -68,7 +74,7 @@ def _beside_python_or_on_path(name: str, hint: str) -> str:
         return str(beside)
     found = shutil.which(name)
     if not found:
-        raise FileNotFoundError(f"{name} not found beside {sys.executable} or on PATH; {hint}")
+        raise MissingPathError(f"{name} not found beside {sys.executable} or on PATH; {hint}")
     return found
 
 
@@ -172,15 +178,15 @@ def skip_reason(config: ShardlineConfig, stage: str) -> tuple[str | None, bool]:
     """(None, _) when the stage is done; else (why it must run, whether only its inputs changed)."""
     marker = read_marker(config, stage)
     if marker is None:
-        return "no record of a finished run", False
+        return f"not done yet in {config.run_dir}", False
     if not output_exists(stage, config):
         return f"its output {stage_output(stage, config)} is missing", False
     recorded = marker.get("sections", {})
     changed = [name for name, value in section_hashes(config, stage).items() if recorded.get(name) != value]
     if changed:
-        return f"config changed in {', '.join(changed)}", False
+        return f"the {' and '.join(changed)} settings changed since its last run", False
     if marker.get("inputs") != stage_inputs(config, stage):
-        return "its inputs changed since the last run", True
+        return "its input files changed since its last run", True
     return None, False
 
 
@@ -189,32 +195,47 @@ def plan_stages(
 ) -> list[StagePlan]:
     """Decide, before running anything, which stages in [first, last] run and why."""
     selected = STAGES[STAGES.index(first): STAGES.index(last) + 1]
-    if not selected:
+    if not selected:  # only `run --from X --to Y` can ask for this
         raise StageOrderError(f"--from {first} comes after --to {last}; stages run in the order {' -> '.join(STAGES)}")
     storage.check_reachable(config.run_dir)
     for earlier in STAGES[: STAGES.index(first)]:
         if not output_exists(earlier, config):
             raise StageOrderError(
-                f"--from {first} needs the output of {earlier} ({stage_output(earlier, config)}), which is missing; "
-                f"run from {earlier} instead"
+                f"{first} needs the output of {earlier}, {stage_output(earlier, config)}, which is missing; "
+                f"run `shardline {earlier}` with the same config first (or `shardline run` for every stage)"
             )
     plans: list[StagePlan] = []
     upstream_ran = None
     for stage in selected:
         if force:
-            reason, inputs_only = "--force", False
+            reason, inputs_only = "--force was given", False
         elif upstream_ran:
-            reason, inputs_only = f"{upstream_ran} runs before it", False
+            reason, inputs_only = f"it reads the new output of {upstream_ran}", False
         else:
             reason, inputs_only = skip_reason(config, stage)
         if stage == "preprocess" and reason is not None:
             inputs.resolve_input_files(config.data.input)  # a missing input fails here, in one line, before a JVM starts
+            if not force and not inputs_only:
+                refuse_replacing_dataset(config)
         # Same dataset config but changed input files: the job would refuse, so make it rebuild.
         force_preprocess = force or (stage == "preprocess" and inputs_only)
         plans.append(StagePlan(stage, reason is not None, reason or "", stage_command(stage, config, force_preprocess)))
         if reason is not None:
-            upstream_ran = upstream_ran or stage
+            upstream_ran = stage
     return plans
+
+
+def refuse_replacing_dataset(config: ShardlineConfig) -> None:
+    """The Spark job refuses to overwrite a dataset built from another config unless --force is given:
+    say so before starting it, the same way in a dry run and a real one."""
+    if not storage.exists(storage.join(config.dataset_dir, contract.SUCCESS_FILE)):
+        return
+    changed = contract.changed_dataset_sections(contract.load_manifest(config.dataset_dir), config.to_dict())
+    if changed:
+        raise contract.DatasetConflictError(
+            f"{config.dataset_dir} was built with other {' and '.join(changed)} settings; add --force to "
+            f"rebuild it (the old dataset is replaced), or set run_dir to a new directory to keep both"
+        )
 
 
 # --- running --------------------------------------------------------------------------------------
@@ -228,24 +249,21 @@ def stage_environment() -> dict[str, str]:
     return env
 
 
-def run_logged(stage: str, command: list[str], log_path: Path) -> None:
-    """Run command; stdout goes to the console and the log, stderr (Spark's chatter) to the log only."""
+def run_logged(stage: str, command: list[str], log_path: Path, verbosity: int = 0) -> None:
+    """Run command: its whole output goes to log_path; the console gets its progress and results
+    (and with verbosity 1 everything; with -1 nothing but errors), see pipeline/console.py."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
         log.write("$ " + shlex.join(command) + "\n")
         log.flush()
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=log, text=True, env=stage_environment(), bufsize=1
-        )
-        assert process.stdout is not None
-        for line in process.stdout:
-            log.write(line)
-            print(line, end="", flush=True)
-        code = process.wait()
+        env = {**stage_environment(), **console.progress_environment(verbosity)}
+        code, _ = console.run_streamed(stage, command, log, env, verbosity)
     if code != 0:
-        tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
-        print("\n".join(line for line in tail if "WARN" not in line), file=sys.stderr)
+        if code != USER_ERROR_EXIT:  # a crash: its traceback's end is in the log
+            print("\n".join(console.log_tail(log_path)), file=sys.stderr)
         raise StageFailed(stage, code, log_path)
+    print(f"{stage}: done in {console.format_duration(time.perf_counter() - started)}", flush=True)
 
 
 def publish_log(config: ShardlineConfig, log_path: Path) -> None:
@@ -260,6 +278,7 @@ def run_stages(
     last: str = STAGES[-1],
     force: bool = False,
     dry_run: bool = False,
+    verbosity: int = 0,
 ) -> list[StagePlan]:
     """Run (or with dry_run, only print) the stages from first to last; returns the plan."""
     plans = plan_stages(config, first, last, force)
@@ -272,18 +291,18 @@ def run_stages(
             save_config(config, config.run_path(RESOLVED_CONFIG))
     for plan in plans:
         if not plan.run:
-            print(f"{plan.stage}: skipped, done with this config and inputs (--force reruns it)", flush=True)
+            print(f"{plan.stage}: skipped, already done with this config and inputs (add --force to redo it)",
+                  flush=True)
             continue
         if dry_run:
             print(f"{plan.stage}: would run ({plan.reason}):\n  {shlex.join(plan.command)}", flush=True)
             continue
-        print(f"{plan.stage}: running ({plan.reason})", flush=True)
-        storage.delete(marker_path(config, plan.stage))  # a half-done rerun is not "done"
         log_path = Path(config.local_dir) / "logs" / f"{plan.stage}.log"
+        print(f"{plan.stage}: running ({plan.reason}); full log: {log_path}", flush=True)
+        storage.delete(marker_path(config, plan.stage))  # a half-done rerun is not "done"
         try:
-            run_logged(plan.stage, plan.command, log_path)
+            run_logged(plan.stage, plan.command, log_path, verbosity)
         finally:
             publish_log(config, log_path)
         write_marker(config, plan.stage, plan.command)
     return plans
-

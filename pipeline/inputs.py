@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline import storage
+from pipeline.errors import ShardlineError
 
 
-class InputError(ValueError):
+class InputError(ShardlineError, ValueError):
     """The configured input cannot be read at all (as opposed to bad records inside it)."""
 
 

@@ -34,12 +34,14 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from pipeline.errors import ShardlineError
+
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss", "az")
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
-class StorageError(OSError):
+class StorageError(ShardlineError, OSError):
     """A store could not be reached or used: names the store, the location and what to check."""
 
 

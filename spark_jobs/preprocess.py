@@ -26,17 +26,18 @@ from pyspark.sql import functions as F
 
 from pipeline import contract, inputs, storage
 from pipeline.config import ConfigError, ShardlineConfig, load_config, save_config
+from pipeline.errors import ShardlineError
 from pipeline.tokenizer import backend_json, load_tokenizer, train_tokenizer
 from spark_jobs import clean, encode, read, shard, split
 from spark_jobs.manifest import begin_build, publish, remove_unlisted, token_stats, versions
 from spark_jobs.manifest import split_stats as split_stats_of
+from spark_jobs.progress import SparkProgress
 
 # Changing any config section outside these never rebuilds a dataset.
 DATASET_SECTIONS = contract.DATASET_SECTIONS
 
 
-class DatasetConflictError(RuntimeError):
-    pass
+DatasetConflictError = contract.DatasetConflictError
 
 
 def check_existing(config: ShardlineConfig, files: list, force: bool) -> bool:
@@ -48,9 +49,7 @@ def check_existing(config: ShardlineConfig, files: list, force: bool) -> bool:
     existing = contract.load_manifest(dataset_dir)
     if existing.dataset_fingerprint == dataset_fingerprint(config, files):
         return True
-    wanted = {k: config.to_dict()[k] for k in DATASET_SECTIONS}
-    found = {k: existing.config.get(k) for k in DATASET_SECTIONS}
-    changed = sorted(k for k in DATASET_SECTIONS if wanted[k] != found[k])
+    changed = contract.changed_dataset_sections(existing, config.to_dict())
     if changed:
         raise DatasetConflictError(
             f"{dataset_dir} was built from a different config (sections {changed} differ); "
@@ -161,6 +160,7 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
         nonlocal clock
         timings[stage] = round(time.perf_counter() - clock, 3)
         clock = time.perf_counter()
+        print(f"preprocess: {stage} done in {timings[stage]:.1f} s", flush=True)
 
     files = files if files is not None else read.resolve_input_files(config.data.input)
     dataset_dir = config.dataset_dir
@@ -286,11 +286,11 @@ def main(argv: list[str] | None = None) -> int:
         save_config(config, config.run_path("config.resolved.yaml"))
         spark = create_spark_session(config)
         try:
-            manifest = build_dataset(spark, config, files)
+            with SparkProgress(spark.sparkContext):
+                manifest = build_dataset(spark, config, files)
         finally:
             spark.stop()
-    except (ConfigError, read.InputError, DatasetConflictError, contract.DatasetNotReadyError,
-            storage.StorageError) as error:
+    except ShardlineError as error:  # config, input, store, dataset conflicts: one line, exit 2
         print(f"preprocess: error: {error}", file=sys.stderr)
         return 2
     counts = ", ".join(f"{name} {stats.rows}" for name, stats in manifest.splits.items())

@@ -14,11 +14,8 @@ LINEAGE_FILE = "lineage.json"
 def write_model_sidecars(directory: str, config: ShardlineConfig, manifest: contract.Manifest, summary: dict) -> None:
     """Tokenizer, label map and lineage beside the weights in a local staging directory: the
     model directory is usable on its own, wherever it is put."""
-    for entry in storage.list_files(config.tokenizer_dir):
-        target = os.path.join(directory, *storage.relative(entry.uri, config.tokenizer_dir).split("/"))
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        with open(target, "wb") as handle:
-            handle.write(storage.read_bytes(entry.uri))
+    if storage.exists(storage.join(config.tokenizer_dir, "tokenizer.json")):
+        save_model_tokenizer(config.tokenizer_dir, directory, manifest)
     contract.write_json_atomic(os.path.join(directory, LABEL_MAP_FILE), manifest.label_map)
     lineage = {
         "dataset_dir": storage.normalize(config.dataset_dir),
@@ -34,6 +31,21 @@ def write_model_sidecars(directory: str, config: ShardlineConfig, manifest: cont
         "config": config.to_dict(),
     }
     contract.write_json_atomic(os.path.join(directory, LINEAGE_FILE), lineage)
+
+
+def save_model_tokenizer(tokenizer_dir: str, directory: str, manifest: contract.Manifest) -> None:
+    """The dataset's tokenizer, saved for the model's users: `model_max_length` is the length the model
+    was trained on, and for causal LM the tokenizer adds no special tokens, because documents were
+    tokenized without them (an end-of-text token after each), so prompts encode the same way."""
+    from pipeline.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(tokenizer_dir)
+    tokenizer.model_max_length = manifest.max_length
+    if manifest.task == "causal_lm":
+        tokenizer.backend_tokenizer.post_processor = None
+        if manifest.eos_id is not None:
+            tokenizer.eos_token = tokenizer.convert_ids_to_tokens(manifest.eos_id)
+    tokenizer.save_pretrained(str(directory))
 
 
 def _code_version() -> str:

@@ -23,7 +23,9 @@ class Processes:
 
 def pick_device(requested: str) -> torch.device:
     if requested == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device is cuda but no CUDA device is visible; use auto or cpu")
+        from pipeline.config import ConfigError
+
+        raise ConfigError("config key train.device: cuda, but no CUDA device is visible here; use auto or cpu")
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(requested)

@@ -6,9 +6,10 @@ Classification: loss, accuracy, macro-F1. Causal LM: loss and perplexity per pre
 """
 from __future__ import annotations
 
+import math
 import sys
 
-from pipeline import contract, storage
+from pipeline import console, contract, storage
 from pipeline.config import ShardlineConfig
 from training.data import TASK_COLUMNS, split_spec
 from training.distributed import pick_device
@@ -26,11 +27,13 @@ def run_evaluation(config: ShardlineConfig) -> dict:
     model = load_model(config.model_dir).to(device)
     spec = split_spec(config.dataset_dir, manifest, split, batch_size=config.eval.batch_size,
                       columns=TASK_COLUMNS[manifest.task], shuffle=False, backend=config.reader.backend)
-    result = evaluate(model, spec, device, manifest.task, resolve_precision(config.train.precision, device))
+    num_batches = math.ceil(manifest.splits[split].rows / config.eval.batch_size)
+    result = evaluate(model, spec, device, manifest.task, resolve_precision(config.train.precision, device),
+                      progress=lambda batches: console.track(batches, num_batches, "evaluate", "batch"))
     payload = {"split": split, "task": manifest.task, **result}
     contract.write_json_atomic(config.run_path("eval.json"), payload)
     shown = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float))
-    print(f"evaluate: {split}: {shown} on {result['examples']} examples")
+    print(f"evaluate: {split}: {shown} on {result['examples']} examples; wrote {config.run_path('eval.json')}")
     return payload
 
 

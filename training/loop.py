@@ -13,6 +13,7 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from torch.nn import functional as F
 
 from pipeline import contract, storage
 from pipeline.config import ShardlineConfig, TrainConfig
+from pipeline.errors import ShardlineError
 from training import checkpoint
 from training.data import TASK_COLUMNS, BackgroundBatches, Batch, ReaderSpec, iter_batches, plan_epoch, split_spec
 from training.distributed import Processes, barrier, gather
@@ -125,12 +127,15 @@ def train_step(model: nn.Module, micro_batches: list[Batch], optimizer, schedule
 
 @torch.no_grad()
 def evaluate(model: nn.Module, spec: ReaderSpec, device: torch.device, task: str,
-             autocast_dtype: torch.dtype | None = None) -> dict[str, Any]:
-    """Classification: loss, accuracy, macro-F1. Causal LM: loss and perplexity per predicted token."""
+             autocast_dtype: torch.dtype | None = None, progress: Callable[[Iterator], Iterator] | None = None
+             ) -> dict[str, Any]:
+    """Classification: loss, accuracy, macro-F1. Causal LM: loss and perplexity per predicted token.
+    progress, when given, wraps the batch iterator (to show a bar)."""
     model.eval()
     total_loss, examples, tokens = 0.0, 0, 0
     labels_seen, predictions = [], []
-    for batch in iter_batches(spec):
+    batches = iter_batches(spec)
+    for batch in progress(batches) if progress else batches:
         batch = to_device(batch, device)
         with _autocast(device, autocast_dtype):
             loss, logits = forward_loss(model, batch, task, reduction="sum")
@@ -307,7 +312,7 @@ class Trainer:
             return
         state = found[1] if found else checkpoint.load_verified(chosen)
         if state["fingerprint"] != self.fingerprint:
-            raise ValueError(
+            raise ShardlineError(
                 f"checkpoint {chosen} was written by a run with a different train config, dataset or process count "
                 f"than its folder says; delete {self.checkpoint_dir} or set train.resume=never to start over"
             )
@@ -417,7 +422,7 @@ class Trainer:
                 "tokens_per_s": round(world * window["tokens"] / elapsed, 1),
                 "input_wait_fraction": round((self.wait_seconds + stream.wait_seconds - window["wait"]) / elapsed, 4),
             }
-            metrics.log(record, f"train: step {step} epoch {record['epoch']} loss {result.loss:.4f}")
+            metrics.log(record, console=True)
             window.update(start=now, samples=0, tokens=0, wait=self.wait_seconds + stream.wait_seconds)
         if cfg.eval_every and step % cfg.eval_every == 0 and not last:
             val = self._evaluate_val()

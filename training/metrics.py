@@ -1,5 +1,9 @@
-"""What a run reports: metrics.jsonl, TensorBoard events, a tqdm bar, plots/loss.png and the
-input-stall report. Only the main process writes; the others get a logger that does nothing.
+"""What a run reports: metrics.jsonl, TensorBoard events, progress on the console, plots/loss.png
+and the input-stall report. Only the main process writes; the others get a logger that does nothing.
+
+Progress follows pipeline.console.progress_mode(): a tqdm bar on stdout (steps, rate, time left, with
+the loss and samples/s of the last logged step), or in `lines` mode one line per logged step with the
+time left.
 
 Object stores cannot append, so these files are written on local disk (`config.local_dir`, which is
 run_dir itself when run_dir is local) and, for a remote run_dir, copied there whole at each
@@ -9,9 +13,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
 from pipeline import storage
+from pipeline.console import bar_columns, eta_text, progress_mode
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "plots/loss.png"
@@ -23,6 +29,9 @@ class MetricsLog:
     def __init__(self, local_dir: str, run_dir: str, total_steps: int, initial_step: int, enabled: bool):
         self.enabled = enabled
         self.path = os.path.join(local_dir, METRICS_FILE)
+        self.total_steps, self.initial_step = total_steps, initial_step
+        self._started = time.perf_counter()
+        self.mode = progress_mode()
         self._file = self._writer = self._bar = None
         if not enabled:
             return
@@ -33,9 +42,11 @@ class MetricsLog:
         drop_records_after(self.path, initial_step)  # a resumed run rewrites what came after its checkpoint
         self._file = open(self.path, "a", encoding="utf-8")
         self._writer = SummaryWriter(os.path.join(local_dir, TENSORBOARD_DIR), purge_step=initial_step + 1)
-        self._bar = tqdm(total=total_steps, initial=initial_step, unit="step", disable=not sys.stderr.isatty())
+        self._bar = tqdm(total=total_steps, initial=initial_step, desc="train", unit="step", file=sys.stdout,
+                         ncols=bar_columns(), dynamic_ncols=bar_columns() is None, disable=self.mode != "bar")
 
-    def log(self, record: dict[str, Any], console: str | None = None) -> None:
+    def log(self, record: dict[str, Any], console: bool = False) -> None:
+        """Append record to metrics.jsonl and TensorBoard; with console, also show it (a training step)."""
         if not self.enabled:
             return
         self._file.write(json.dumps(record) + "\n")
@@ -43,8 +54,29 @@ class MetricsLog:
         for key, value in record.items():
             if key not in ("step", "epoch") and isinstance(value, (int, float)):
                 self._writer.add_scalar(key, value, record["step"])
-        if console:
-            self._bar.write(console, file=sys.stdout) if not self._bar.disable else print(console, flush=True)
+        if self.mode == "off":
+            return
+        if not console:
+            val = {key[4:]: value for key, value in record.items() if key.startswith("val_") and isinstance(value, float)}
+            if val:
+                shown = ", ".join(f"{key} {value:.4f}" for key, value in val.items())
+                self._show(f"train: step {record['step']} val {shown}")
+            return
+        line = (f"train: step {record['step']}/{self.total_steps} epoch {record['epoch']} loss {record['loss']:.4f}, "
+                f"{record['samples_per_s']:.0f} samples/s")
+        if self.mode == "bar":
+            self._bar.set_postfix(loss=f"{record['loss']:.4f}", samples_per_s=f"{record['samples_per_s']:.0f}",
+                                  refresh=False)
+            self._show(line)
+        else:
+            steps_done = record["step"] - self.initial_step
+            self._show(f"{line}, {eta_text(steps_done, self.total_steps - self.initial_step, time.perf_counter() - self._started)}")
+
+    def _show(self, line: str) -> None:
+        if self.mode == "bar":
+            self._bar.write(line, file=sys.stdout)  # above the bar, which is redrawn below it
+        else:
+            print(line, flush=True)
 
     def advance(self, steps: int = 1) -> None:
         if self.enabled:

@@ -6,19 +6,21 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from pipeline import contract, storage
-from pipeline.config import ShardlineConfig, TrainConfig, resolve_local_path
+from pipeline.config import BERT_DEFAULTS, GPT2_DEFAULTS, MODEL_TASKS, ShardlineConfig, TrainConfig, resolve_local_path
+from pipeline.errors import MissingPathError, ShardlineError
 
 MLP_CONFIG_FILE = "shardline_mlp.json"
 MLP_WEIGHTS_FILE = "model.safetensors"
-MODEL_TASKS = {"mlp": "classification", "bert": "classification", "gpt2": "causal_lm"}
-# Small defaults so a config without train.model_config trains on CPU in seconds.
-BERT_DEFAULTS = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256)
-GPT2_DEFAULTS = dict(n_embd=128, n_layer=2, n_head=2)
+
+
+class DatasetMismatchError(ShardlineError, ValueError):
+    """The dataset cannot feed this config and model (task, lengths, vocabulary, labels)."""
 
 
 class MeanEmbeddingClassifier(nn.Module):
@@ -122,9 +124,11 @@ def build_model(cfg: TrainConfig, manifest: contract.Manifest) -> nn.Module:
         if cfg.pretrained:
             return PackedCausalLM(GPT2LMHeadModel.from_pretrained(_local_dir(cfg.pretrained), attn_implementation="sdpa"))
         settings = {**GPT2_DEFAULTS, **cfg.model_config_}
+        eos_id = manifest.eos_id if manifest.eos_id is not None else manifest.pad_id  # version-1 manifests had none
         gpt_config = GPT2Config(
             vocab_size=manifest.vocab_size, n_positions=max(manifest.max_length, settings.pop("n_positions", 0)),
-            bos_token_id=manifest.pad_id, eos_token_id=manifest.pad_id, pad_token_id=manifest.pad_id, **settings,
+            # GPT-2's convention: one end-of-text token starts and ends documents; the packer ends each with it.
+            bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=manifest.pad_id, **settings,
         )
         gpt_config._attn_implementation = "sdpa"
         return PackedCausalLM(GPT2LMHeadModel(gpt_config))
@@ -150,7 +154,7 @@ def build_model(cfg: TrainConfig, manifest: contract.Manifest) -> nn.Module:
 def _local_dir(path: str) -> str:
     path = resolve_local_path(path)
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"train.pretrained {path} is not a local model directory")
+        raise MissingPathError(f"train.pretrained {path} is not a local model directory")
     return path
 
 
@@ -181,17 +185,43 @@ def check_dataset_matches(model: nn.Module, manifest: contract.Manifest, config:
     if manifest.splits.get("train") is None or manifest.splits["train"].rows == 0:
         problems.append(f"{where} has no training rows; add documents to data.input")
     if problems:
-        raise ValueError(problems[0] + (f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""))
+        raise DatasetMismatchError(problems[0] + (f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""))
+
+
+class NotAModelDirError(ShardlineError):
+    """A directory that holds no model shardline (or transformers) can load."""
+
+
+def model_kind(directory: str | Path) -> str:
+    """`mlp`, `bert` or `gpt2`, from the files of a saved model directory; a one-line error otherwise."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise MissingPathError(f"model directory {directory} does not exist; `shardline train` writes one to run_dir/model")
+    if (directory / MLP_CONFIG_FILE).exists():
+        return "mlp"
+    try:
+        model_type = json.loads((directory / "config.json").read_text()).get("model_type")
+    except (FileNotFoundError, json.JSONDecodeError, AttributeError):
+        model_type = None
+    if model_type not in ("bert", "gpt2"):
+        found = f"a {model_type} model" if model_type else f"no {MLP_CONFIG_FILE} and no transformers config.json"
+        raise NotAModelDirError(f"{directory} is not a shardline model directory ({found}); "
+                                "point at run_dir/model of a finished `shardline train`")
+    return model_type
 
 
 def load_model(uri: str) -> nn.Module:
-    """A model directory as train wrote it, from local disk or any storage URI (copied locally first)."""
+    """A model directory as train wrote it, from local disk or any storage URI (copied locally
+    first), behind the call signature of its task (see the classes above)."""
+    if not storage.is_local(str(uri)) and not storage.exists(str(uri)):
+        raise MissingPathError(f"model directory {uri} does not exist; `shardline train` writes one to run_dir/model")
     with storage.local_dir_for(str(uri)) as directory:
         return _load_local_model(directory)
 
 
 def _load_local_model(directory: str) -> nn.Module:
-    if os.path.exists(os.path.join(directory, MLP_CONFIG_FILE)):
+    kind = model_kind(directory)
+    if kind == "mlp":
         from safetensors.torch import load_file
 
         with open(os.path.join(directory, MLP_CONFIG_FILE), encoding="utf-8") as handle:
@@ -200,9 +230,7 @@ def _load_local_model(directory: str) -> nn.Module:
         model = MeanEmbeddingClassifier(**hparams)
         model.load_state_dict(load_file(os.path.join(directory, MLP_WEIGHTS_FILE)))
         return model
-    with open(os.path.join(directory, "config.json"), encoding="utf-8") as handle:
-        config = json.load(handle)
-    if config.get("model_type") == "gpt2":
+    if kind == "gpt2":
         from transformers import GPT2LMHeadModel
 
         return PackedCausalLM(GPT2LMHeadModel.from_pretrained(directory, attn_implementation="sdpa"))

@@ -1,25 +1,31 @@
-"""shardline as an Airflow 3 DAG: preprocess (spark-submit) -> train -> evaluate, one run_dir per `ds`.
+"""shardline as an Airflow 3 DAG: preprocess (spark-submit) -> train -> evaluate, one run_dir per run.
 
 This file only wires tasks: it imports no torch, no pyspark and nothing of shardline, so the
 scheduler parses it in milliseconds and the Airflow environment needs none of the training stack.
 
 - preprocess: `SparkSubmitOperator` on the connection `spark_default` (the master and deploy mode
   come from it, e.g. AIRFLOW_CONN_SPARK_DEFAULT='spark://local?deploy-mode=client'); it submits
-  spark_jobs/preprocess.py with `--config CONFIG --set run_dir=RUN_ROOT/{{ ds }}` and ships
+  spark_jobs/preprocess.py with `--config CONFIG --set run_dir=RUN_ROOT/<run>` and ships
   `py_files` (the zip `shardline package` builds) to the executors.
 - train, evaluate: run `shardline train` / `shardline evaluate` as argument lists (no shell) with the
   same config and run_dir. `shardline` is a param: the command of an environment with the training
   stack (e.g. `/opt/shardline/.venv/bin/shardline`); see the README for a KubernetesPodOperator
   variant that runs it in the CUDA training image.
 
-Idempotent per `ds`: every task writes only under RUN_ROOT/{{ ds }}; the Spark job skips a dataset
+<run> is the run's logical date (YYYY-MM-DD, what `{{ ds }}` renders) when it has one, else its
+run_id with every character outside [A-Za-z0-9._-] replaced by `-`: Airflow 3 triggers runs without
+a logical date unless one is given (`airflow dags trigger` without `-l`, the REST API with
+`logical_date: null`), and for those `{{ ds }}` is not defined.
+
+Idempotent per run: every task writes only under RUN_ROOT/<run>; the Spark job skips a dataset
 already built from the same config, and `shardline train`/`evaluate` skip work already done with the
 same config and inputs (stage markers in run_dir/stages/), so a retry or a cleared task redoes only
-what is missing.
+what is missing, and a rerun of the same logical date redoes nothing.
 """
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 from datetime import datetime, timedelta, timezone
@@ -35,7 +41,7 @@ PREPROCESS_SCRIPT = CHECKOUT / "spark_jobs" / "preprocess.py"
 # Scheduled runs use the defaults, so a deployment sets these in the scheduler's environment.
 DEFAULT_CONFIG = os.environ.get("SHARDLINE_CONFIG", str(CHECKOUT / "configs" / "demo.yaml"))
 DEFAULT_RUN_ROOT = os.environ.get("SHARDLINE_RUN_ROOT", str(CHECKOUT / "runs" / "airflow"))
-RUN_DIR = "{{ params.run_root }}/{{ ds }}"
+RUN_DIR = "{{ params.run_root }}/{{ run_dir_name(dag_run) }}"
 ABSOLUTE_PATH = "^/"  # tasks run in different working directories (and hosts): relative paths would drift
 
 PARAMS = {
@@ -45,7 +51,7 @@ PARAMS = {
     ),
     "run_root": Param(
         DEFAULT_RUN_ROOT, type="string", pattern=ABSOLUTE_PATH,
-        description="absolute directory on storage every task shares; each run writes RUN_ROOT/<ds>/",
+        description="absolute directory on storage every task shares; each run writes RUN_ROOT/<logical date or run id>/",
     ),
     "application": Param(
         str(PREPROCESS_SCRIPT), type="string", pattern=ABSOLUTE_PATH,
@@ -62,19 +68,28 @@ PARAMS = {
 }
 
 
+def run_dir_name(dag_run) -> str:
+    """The run's directory name under run_root: its logical date, else its run_id made path-safe
+    (`:` and `+` would be read as a URI scheme and a space by Hadoop's paths)."""
+    if dag_run.logical_date is not None:
+        return dag_run.logical_date.strftime("%Y-%m-%d")
+    return re.sub(r"[^A-Za-z0-9._-]", "-", dag_run.run_id)
+
+
 def shardline_stage_command(shardline: str, stage: str, config: str, run_dir: str) -> list[str]:
     return [*shlex.split(shardline), stage, "--config", config, "--set", f"run_dir={run_dir}"]
 
 
 with DAG(
     dag_id=DAG_ID,
-    description="corpus -> Parquet (Spark) -> trained model -> eval.json, one run_dir per ds",
+    description="corpus -> Parquet (Spark) -> trained model -> eval.json, one run_dir per run",
     schedule="@daily",
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,
     max_active_runs=1,  # each run takes the Spark cluster and the GPU; serial runs do not compete for them
     default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
     params=PARAMS,
+    user_defined_macros={"run_dir_name": run_dir_name},
     doc_md=__doc__,
     tags=["shardline"],
 ) as dag:
@@ -84,14 +99,14 @@ with DAG(
         application="{{ params.application }}",
         application_args=["--config", "{{ params.config }}", "--set", f"run_dir={RUN_DIR}"],
         py_files="{{ params.py_files }}",  # empty renders to no --py-files at all
-        name="shardline-preprocess-{{ ds_nodash }}",
+        name="shardline-preprocess-{{ run_dir_name(dag_run) }}",
         execution_timeout=timedelta(hours=6),
     )
 
     @task(execution_timeout=timedelta(hours=24))
-    def shardline_stage(stage: str, params=None, ds=None) -> str:
-        """Run one `shardline` stage on this ds's run_dir; returns the run_dir (a path, never data)."""
-        run_dir = f"{params['run_root']}/{ds}"
+    def shardline_stage(stage: str, params=None, dag_run=None) -> str:
+        """Run one `shardline` stage on this run's run_dir; returns the run_dir (a path, never data)."""
+        run_dir = f"{params['run_root']}/{run_dir_name(dag_run)}"
         command = shardline_stage_command(params["shardline"], stage, params["config"], run_dir)
         print("$ " + shlex.join(command), flush=True)
         subprocess.run(command, check=True)

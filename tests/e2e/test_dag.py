@@ -95,7 +95,8 @@ def test_dagbag_imports_the_dag_with_its_graph_retries_and_validated_params(airf
     assert found["retries"] == {"preprocess": 2, "train": 2, "evaluate": 2}
     assert found["preprocess"] == {
         "application": "{{ params.application }}",
-        "application_args": ["--config", "{{ params.config }}", "--set", "run_dir={{ params.run_root }}/{{ ds }}"],
+        "application_args": ["--config", "{{ params.config }}", "--set",
+                             "run_dir={{ params.run_root }}/{{ run_dir_name(dag_run) }}"],
         "py_files": "{{ params.py_files }}",
     }
     assert found["conn_id"] == "spark_default"
@@ -105,7 +106,10 @@ def test_dagbag_imports_the_dag_with_its_graph_retries_and_validated_params(airf
     assert found["not_a_zip"].startswith("Invalid input for param py_files")
 
 
-def test_dags_test_runs_spark_preprocess_train_and_evaluate_then_a_rerun_redoes_nothing(airflow_env, tmp_path):
+@pytest.fixture(scope="module")
+def dated_run(airflow_env, tmp_path_factory):
+    """`airflow dags test shardline DS`: one whole run, Spark to eval.json, for logical date DS."""
+    tmp_path = tmp_path_factory.mktemp("dag-run")
     corpus = write_jsonl(stdlib_docstrings()[::8], tmp_path / "corpus.jsonl")
     recipe = yaml.safe_load((REPO_ROOT / "configs" / "demo.yaml").read_text())
     recipe["run_dir"] = str(tmp_path / "unused")  # the DAG sets run_dir per ds
@@ -116,8 +120,12 @@ def test_dags_test_runs_spark_preprocess_train_and_evaluate_then_a_rerun_redoes_
     config.write_text(yaml.safe_dump(recipe))
     conf = json.dumps({"config": str(config), "run_root": str(tmp_path / "runs"),
                        "shardline": f"{sys.executable} -m pipeline.cli"})
-
     first = airflow(airflow_env, "dags", "test", "shardline", DS, "-c", conf, timeout=600)
+    return tmp_path, corpus, conf, first
+
+
+def test_dags_test_runs_spark_preprocess_train_and_evaluate_then_a_rerun_redoes_nothing(airflow_env, dated_run):
+    tmp_path, corpus, conf, first = dated_run
     output = first.stdout + first.stderr
     assert first.returncode == 0, output[-5000:]
     run_dir = tmp_path / "runs" / DS
@@ -135,6 +143,44 @@ def test_dags_test_runs_spark_preprocess_train_and_evaluate_then_a_rerun_redoes_
     output = second.stdout + second.stderr
     assert second.returncode == 0, output[-5000:]
     assert "is already built from this config; skipping" in output
-    assert "train: skipped, done with this config and inputs" in output
-    assert "evaluate: skipped, done with this config and inputs" in output
+    assert "train: skipped, already done with this config and inputs" in output
+    assert "evaluate: skipped, already done with this config and inputs" in output
     assert (run_dir / "model" / "lineage.json").stat().st_mtime_ns == model_written
+
+
+# Inside .venv-airflow: a manually triggered run with no logical date (what Airflow 3 creates for a
+# trigger that gives none), run by dag.test(); prints the run's id and state.
+TRIGGER_WITHOUT_LOGICAL_DATE = """
+import json, sys
+from datetime import datetime, timezone
+from airflow import settings
+from airflow.dag_processing.dagbag import DagBag
+
+if settings.Session is None:
+    settings.configure_orm()
+dag = DagBag(dag_folder=sys.argv[1]).dags["shardline"]
+run = dag.test(run_after=datetime(2026, 1, 2, tzinfo=timezone.utc), logical_date=None, run_conf=json.loads(sys.argv[2]))
+print(json.dumps({"run_id": run.run_id, "logical_date": run.logical_date, "state": str(run.state)}))
+"""
+
+
+def test_a_run_without_logical_date_uses_its_run_id_for_every_task(airflow_env, dated_run):
+    import re
+
+    tmp_path, _, conf, first = dated_run
+    assert first.returncode == 0, (first.stdout + first.stderr)[-5000:]
+    result = subprocess.run([str(AIRFLOW_VENV / "bin" / "python"), "-c", TRIGGER_WITHOUT_LOGICAL_DATE,
+                             str(DAGS_FOLDER), conf], env=airflow_env, cwd=REPO_ROOT, capture_output=True, text=True,
+                            timeout=600)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+    run = json.loads(result.stdout.strip().splitlines()[-1])
+    assert run["logical_date"] is None and run["state"].endswith("success"), run
+    assert run["run_id"].startswith("manual__2026-01-02T00:00:00+00:00")  # Airflow adds a random suffix
+    run_dir = tmp_path / "runs" / re.sub(r"[^A-Za-z0-9._-]", "-", run["run_id"])
+    assert sorted(path.name for path in (tmp_path / "runs").iterdir()) == sorted([DS, run_dir.name])
+    assert re.search(rf"--set run_dir={re.escape(str(run_dir))}(\s|$)", output, re.M)  # spark-submit's arguments
+    # Every task used that one directory: the dataset, the model and the evaluation are all in it.
+    assert (run_dir / "dataset" / "_SUCCESS").exists() and (run_dir / "model" / "lineage.json").exists()
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    assert evaluation["split"] == "test" and evaluation["examples"] > 0

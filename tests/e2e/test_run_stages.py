@@ -5,6 +5,7 @@ order a user would, so they run in file order on the same run_dir.
 """
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -22,7 +23,7 @@ BIN = Path(sys.executable).parent
 
 def shardline(*args: str) -> subprocess.CompletedProcess:
     # As after `source .venv/bin/activate`, without the PYSPARK_* the spark fixture may have set.
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYSPARK_")}
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYSPARK_", "SHARDLINE_"))}
     env.update(PYTHONPATH=str(REPO_ROOT), PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
     return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
@@ -48,9 +49,15 @@ def tiny_run(tmp_path_factory):
 
 def test_first_run_runs_every_stage_and_records_a_marker_for_each(tiny_run):
     run_dir, _, first = tiny_run
-    assert "preprocess: running (no record of a finished run)" in first.stdout
-    assert "train: running (preprocess runs before it)" in first.stdout
-    assert "evaluate: running (preprocess runs before it)" in first.stdout
+    logs = run_dir / "logs"
+    assert f"preprocess: running (not done yet in {run_dir}); full log: {logs / 'preprocess.log'}" in first.stdout
+    assert f"train: running (it reads the new output of preprocess); full log: {logs / 'train.log'}" in first.stdout
+    assert f"evaluate: running (it reads the new output of train); full log: {logs / 'evaluate.log'}" in first.stdout
+    # Not a terminal: progress comes as plain lines (Spark tasks now and then, each logged step with time left).
+    assert re.search(r"^train: step \d+/\d+ epoch 0 loss [\d.]+, \d+ samples/s, (\d+:\d\d left|time left unknown)$",
+                     first.stdout, re.M)
+    assert re.search(r"^preprocess: done in \d+:\d\d$", first.stdout, re.M)
+    assert "\r" not in first.stdout and " INFO " not in first.stdout + first.stderr
     for stage in driver.STAGES:
         marker = json.loads((run_dir / "stages" / f"{stage}.json").read_text())
         assert marker["stage"] == stage
@@ -65,7 +72,7 @@ def test_unchanged_rerun_skips_every_stage_without_starting_spark_or_training(ti
     result = shardline("run", *args)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        f"{stage}: skipped, done with this config and inputs (--force reruns it)" for stage in driver.STAGES
+        f"{stage}: skipped, already done with this config and inputs (add --force to redo it)" for stage in driver.STAGES
     ]
     assert mtimes(run_dir) == before  # no log rewritten: spark-submit and python -m training.* never ran
 
@@ -75,9 +82,9 @@ def test_changing_one_training_key_reruns_only_train_and_evaluate(tiny_run):
     before = mtimes(run_dir)
     result = shardline("run", *args, "--set", "train.lr=0.002")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "preprocess: skipped, done with this config and inputs (--force reruns it)" in result.stdout
-    assert "train: running (config changed in train)" in result.stdout
-    assert "evaluate: running (train runs before it)" in result.stdout
+    assert "preprocess: skipped, already done with this config and inputs (add --force to redo it)" in result.stdout
+    assert "train: running (the train settings changed since its last run)" in result.stdout
+    assert "evaluate: running (it reads the new output of train)" in result.stdout
     after = mtimes(run_dir)
     unchanged = ["logs/preprocess.log", "stages/preprocess.json", "dataset/manifest.json"]
     assert {k: after[k] for k in unchanged} == {k: before[k] for k in unchanged}
@@ -106,16 +113,19 @@ def test_dry_run_prints_the_exact_argument_lists_and_runs_nothing(tiny_run):
     assert mtimes(run_dir) == before
 
 
-def test_refused_dataset_change_fails_preprocess_naming_stage_and_log(tiny_run):
+def test_a_changed_dataset_config_is_refused_alike_by_dry_run_and_run_before_spark_starts(tiny_run):
     run_dir, args, _ = tiny_run
-    manifest = (run_dir / "dataset" / "manifest.json").read_text()
-    result = shardline("run", *args, "--set", "train.lr=0.002", "--set", "preprocess.seed=99")
-    log = run_dir / "logs" / "preprocess.log"
-    assert result.returncode == 1
-    assert f"shardline run: stage preprocess failed with exit code 2; full log: {log}" in result.stderr
-    assert "pass --force to rebuild it" in log.read_text()
-    assert (run_dir / "dataset" / "manifest.json").read_text() == manifest  # the old dataset is intact
-    assert "train: running" not in result.stdout
+    before = mtimes(run_dir)
+    refusal = (f"shardline run: error: {run_dir / 'dataset'} was built with other preprocess settings; add --force to "
+               "rebuild it (the old dataset is replaced), or set run_dir to a new directory to keep both")
+    for extra in (["--dry-run"], []):
+        result = shardline("run", *args, "--set", "train.lr=0.002", "--set", "preprocess.seed=99", *extra)
+        assert result.returncode == 2
+        assert result.stderr.strip() == refusal
+        assert "running" not in result.stdout
+    assert mtimes(run_dir) == before  # no JVM started: the preprocess log and the dataset are untouched
+    forced = shardline("run", *args, "--set", "preprocess.seed=99", "--force", "--dry-run", "--to", "preprocess")
+    assert forced.returncode == 0 and "preprocess: would run (--force was given):" in forced.stdout
 
 
 def test_failed_training_keeps_the_dataset_and_the_next_run_resumes_there(tiny_run):
@@ -126,9 +136,12 @@ def test_failed_training_keeps_the_dataset_and_the_next_run_resumes_there(tiny_r
     run_dir, args, _ = tiny_run
     manifest = (run_dir / "dataset" / "manifest.json").read_text()
     failed = shardline("run", *args, "--set", "train.lr=0.003", "--set", "train.device=cuda")
-    assert failed.returncode == 1
-    assert "shardline run: stage train failed with exit code" in failed.stderr
-    assert f"full log: {run_dir / 'logs' / 'train.log'}" in failed.stderr
+    assert failed.returncode == 2  # a user error inside the stage: its one line, then where the log is
+    assert failed.stderr.splitlines()[-2:] == [
+        "shardline train: error: config key train.device: cuda, but no CUDA device is visible here; use auto or cpu",
+        f"shardline run: train stopped on the error above; full log: {run_dir / 'logs' / 'train.log'}",
+    ]
+    assert "Traceback" not in failed.stderr
     assert "cuda" in (run_dir / "logs" / "train.log").read_text().lower()
     assert "evaluate: running" not in failed.stdout
     assert (run_dir / "dataset" / "manifest.json").read_text() == manifest
@@ -137,4 +150,4 @@ def test_failed_training_keeps_the_dataset_and_the_next_run_resumes_there(tiny_r
     resumed = shardline("run", *args, "--set", "train.lr=0.003")
     assert resumed.returncode == 0, resumed.stderr
     assert "preprocess: skipped" in resumed.stdout
-    assert "train: running (no record of a finished run)" in resumed.stdout
+    assert f"train: running (not done yet in {run_dir})" in resumed.stdout

@@ -54,7 +54,20 @@ def test_run_trains_and_evaluates_a_bert_classifier(tmp_path, corpus):
     manifest = json.loads((tmp_path / "dataset" / "manifest.json").read_text())
     assert evaluation["task"] == "classification" and evaluation["examples"] == manifest["splits"]["test"]["rows"]
     assert evaluation["accuracy"] > 0.35 and 0 < evaluation["macro_f1"] <= 1  # 4 classes: chance is 0.25
-    assert (tmp_path / "model" / "config.json").exists()
+    # The model directory is a plain transformers one, and shardline's predict agrees with its pipeline.
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+    from training.predict import predict
+
+    model_dir = tmp_path / "model"
+    assert type(AutoModelForSequenceClassification.from_pretrained(model_dir)).__name__ == "BertForSequenceClassification"
+    assert AutoTokenizer.from_pretrained(model_dir).model_max_length == 32  # the dataset's max_length
+    texts = ["create a new event loop and run the coroutine.", "return the mime type of the message payload."]
+    theirs = pipeline("text-classification", model=str(model_dir), device="cpu")(texts)
+    ours = predict(model_dir, texts)
+    assert [r["label"] for r in theirs] == [r["label"] for r in ours]
+    assert {r["label"] for r in ours} <= {"asyncio", "email", "logging", "tkinter"}  # id2label names, not LABEL_0
+    assert [r["score"] for r in theirs] == pytest.approx([r["score"] for r in ours], abs=1e-4)
 
 
 def test_run_trains_and_evaluates_gpt2_on_packed_documents(tmp_path, corpus):
@@ -71,6 +84,20 @@ def test_run_trains_and_evaluates_gpt2_on_packed_documents(tmp_path, corpus):
     inspected = _run([*SHARDLINE, "inspect", str(tmp_path / "dataset"), "--rows", "1"])
     assert inspected.returncode == 0, inspected.stderr
     assert "<doc 1> " in inspected.stdout and " label=" not in inspected.stdout
+    # A transformers directory: GPT-2 ends generation at the dataset's end-of-text token, not at padding,
+    # and the transformers pipeline continues a text exactly as `shardline predict` does (both greedy).
+    from transformers import AutoModelForCausalLM, pipeline
+
+    model_dir = tmp_path / "model"
+    config = AutoModelForCausalLM.from_pretrained(model_dir).config
+    assert config.eos_token_id == manifest["eos_id"] != manifest["pad_id"]
+    prompt = "the event loop"
+    theirs = pipeline("text-generation", model=str(model_dir), device="cpu")(prompt, max_new_tokens=8, do_sample=False)
+    predicted = _run([*SHARDLINE, "predict", "--model", str(model_dir), "--json", "--max-new-tokens", "8", prompt])
+    assert predicted.returncode == 0, predicted.stderr
+    ours = json.loads(predicted.stdout)
+    assert theirs[0]["generated_text"] == ours["generated_text"]
+    assert ours["generated_text"].startswith(prompt) and ours["continuation"]
 
 
 def test_run_fine_tunes_the_pretrained_minilm_offline(tmp_path, corpus):

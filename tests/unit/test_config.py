@@ -5,7 +5,7 @@ import pytest
 from pipeline.config import ConfigError, build_config, load_config, parse_override
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-MINIMAL = {"run_dir": "runs/x", "data": {"input": "corpus.jsonl"}, "tokenizer": {"train": {}}}
+MINIMAL = {"run_dir": "runs/x", "data": {"input": "corpus.jsonl", "label_column": "label"}, "tokenizer": {"train": {}}}
 
 
 def test_overrides_win_over_file_values_and_parse_as_yaml():
@@ -30,9 +30,10 @@ def test_spark_conf_override_keeps_dotted_key_whole():
         (["train.lrr=1"], "config key train.lrr: unknown key"),
         (["train.lr=fast"], "config key train.lr: Input should be a valid number"),
         (["train.optimizer=lbfgs"], "config key train.optimizer: Input should be"),
-        (["preprocess.split.train=0.5"], "config key preprocess.split: Value error, train + val + test must sum to 1"),
+        (["preprocess.split.train=0.5"], "config key preprocess.split: train + val + test must sum to 1"),
         (["data.format=xml"], "config key data.format"),
-        (["tokenizer.path=tok.json"], "config key tokenizer: Value error, set exactly one of"),
+        (["tokenizer.path=tok.json"], "config key tokenizer: set exactly one of"),
+        (["preprocess.stride=127"], "config key preprocess.stride: 127 must be below max_length - 2 (126)"),
     ],
 )
 def test_bad_values_name_the_key_in_one_line(overrides, message):
@@ -40,6 +41,46 @@ def test_bad_values_name_the_key_in_one_line(overrides, message):
         build_config(MINIMAL, overrides)
     assert str(raised.value).startswith(message)
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        # Each of these used to pass validation and fail later: in the Spark job or at train time.
+        (["tokenizer.train.kind=bpe", "tokenizer.train.special_tokens=[<pad>, <s>]"],
+         "config key tokenizer.train.special_tokens: a bpe tokenizer needs the special tokens ['<unk>', '</s>']"),
+        (["data.label_column=null"], "config key data.label_column: required when preprocess.task is classification"),
+        (["preprocess.task=causal_lm", "train.model=bert"], "config key train.model: bert trains classification, "
+                                                            "but preprocess.task is causal_lm; use train.model: gpt2"),
+        (["train.model=gpt2"], "config key train.model: gpt2 trains causal_lm, but preprocess.task is classification"),
+        (["train.pretrained=/models/bert"], "config key train.pretrained: only bert and gpt2 load pretrained weights"),
+        (["train.model_config={n_layer: 2}"], "config key train.model_config: holds bert/gpt2 settings, and train.model is mlp"),
+        (["train.model=bert", "train.model_config={hidden_size: 100, num_attention_heads: 3}"],
+         "config key train.model_config: hidden_size 100 must be a multiple of num_attention_heads 3"),
+        (["train.model=bert", "train.model_config={max_position_embeddings: 64}"],
+         "config key train.model_config: max_position_embeddings 64 is below preprocess.max_length 128"),
+    ],
+)
+def test_combinations_that_would_fail_later_are_refused_at_load_time(overrides, message):
+    with pytest.raises(ConfigError) as raised:
+        build_config(MINIMAL, overrides)
+    assert str(raised.value).startswith(message)
+
+
+def test_defaults_follow_the_choices_they_depend_on():
+    bpe = build_config(MINIMAL, ["tokenizer.train.kind=bpe"]).tokenizer.train
+    assert bpe.special_tokens == ["<pad>", "<unk>", "<s>", "</s>"]
+    assert build_config(MINIMAL).tokenizer.train.special_tokens == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert build_config(MINIMAL, ["preprocess.task=causal_lm"]).train.model == "gpt2"
+    assert build_config(MINIMAL).train.model == "mlp"
+
+
+def test_a_trained_bpe_tokenizer_with_default_tokens_builds(docstring_records):
+    from pipeline.tokenizer import train_tokenizer
+
+    cfg = build_config(MINIMAL, ["tokenizer.train.kind=bpe", "tokenizer.train.vocab_size=300"]).tokenizer.train
+    tokenizer = train_tokenizer((r["text"] for r in docstring_records[:50]), cfg)
+    assert tokenizer.pad_token == "<pad>" and tokenizer.eos_token == "</s>"
 
 
 def test_required_keys_have_no_default():

@@ -47,7 +47,7 @@ def _decisions(tmp_path, corpus, *overrides, **options):
 
 def test_spark_submit_line_carries_master_conf_and_py_files_in_order():
     config = build_config(
-        {"run_dir": "runs/x", "data": {"input": "c.jsonl"}, "tokenizer": {"train": {}},
+        {"run_dir": "runs/x", "data": {"input": "c.jsonl", "label_column": "label"}, "tokenizer": {"train": {}},
          "spark": {"master": "yarn", "conf": {"spark.executor.memory": "4g", "spark.sql.shuffle.partitions": 64},
                    "py_files": ["dist/shardline.zip"]}}
     )
@@ -86,27 +86,49 @@ def test_unchanged_config_and_inputs_skip_every_stage(finished_run):
 def test_a_training_key_reruns_train_and_evaluate_only(finished_run):
     assert _decisions(*finished_run, "train.lr=0.01") == [
         ("preprocess", False, ""),
-        ("train", True, "config changed in train"),
-        ("evaluate", True, "train runs before it"),
+        ("train", True, "the train settings changed since its last run"),
+        ("evaluate", True, "it reads the new output of train"),
     ]
     assert _decisions(*finished_run, "eval.batch_size=8") == [
-        ("preprocess", False, ""), ("train", False, ""), ("evaluate", True, "config changed in eval"),
+        ("preprocess", False, ""), ("train", False, ""), ("evaluate", True, "the eval settings changed since its last run"),
     ]
 
 
-def test_a_dataset_key_reruns_everything(finished_run):
-    assert _decisions(*finished_run, "preprocess.seed=5") == [
-        ("preprocess", True, "config changed in preprocess"),
-        ("train", True, "preprocess runs before it"),
-        ("evaluate", True, "preprocess runs before it"),
+def test_a_dataset_key_is_refused_before_anything_runs_unless_forced(finished_run):
+    # The Spark job would refuse to overwrite the dataset; the plan (dry run or not) says so first.
+    with pytest.raises(contract.DatasetConflictError, match=r"dataset was built with other preprocess settings; "
+                                                            r"add --force to rebuild it"):
+        _decisions(*finished_run, "preprocess.seed=5")
+    assert _decisions(*finished_run, "preprocess.seed=5", force=True) == [
+        ("preprocess", True, "--force was given"), ("train", True, "--force was given"),
+        ("evaluate", True, "--force was given"),
     ]
+
+
+def test_a_dataset_key_with_no_finished_dataset_just_runs(finished_run):
+    tmp_path, corpus = finished_run
+    (tmp_path / "run" / "dataset" / contract.SUCCESS_FILE).unlink()
+    assert _decisions(tmp_path, corpus, "data.chunk_mb=8") == [
+        ("preprocess", True, f"its output {tmp_path / 'run' / 'dataset' / contract.SUCCESS_FILE} is missing"),
+        ("train", True, "it reads the new output of preprocess"),
+        ("evaluate", True, "it reads the new output of train"),
+    ]
+
+
+def test_dry_run_and_real_run_refuse_a_changed_dataset_alike(finished_run, capsys):
+    tmp_path, corpus = finished_run
+    config = _config(tmp_path / "run", corpus, "preprocess.seed=5")
+    for dry_run in (True, False):
+        with pytest.raises(contract.DatasetConflictError):
+            driver.run_stages(config, dry_run=dry_run)
+    assert capsys.readouterr().out == ""  # refused before printing a plan or starting anything
 
 
 def test_changed_input_file_rebuilds_the_dataset_with_force(finished_run):
     tmp_path, corpus = finished_run
     corpus.write_text(corpus.read_text() + '{"text": "another document", "label": "y"}\n')
     plans = driver.plan_stages(_config(tmp_path / "run", corpus))
-    assert [(p.stage, p.run, p.reason) for p in plans][0] == ("preprocess", True, "its inputs changed since the last run")
+    assert [(p.stage, p.run, p.reason) for p in plans][0] == ("preprocess", True, "its input files changed since its last run")
     assert plans[0].command[-1] == "--force"  # same config: the job would otherwise skip its old dataset
     assert all(p.run for p in plans)
 
@@ -122,7 +144,7 @@ def test_missing_output_reruns_that_stage_and_what_follows(finished_run):
 
 def test_force_from_and_to_select_the_stages(finished_run):
     assert _decisions(*finished_run, force=True, first="train") == [
-        ("train", True, "--force"), ("evaluate", True, "--force"),
+        ("train", True, "--force was given"), ("evaluate", True, "--force was given"),
     ]
     assert _decisions(*finished_run, "train.lr=0.5", last="preprocess") == [("preprocess", False, "")]
 
@@ -130,7 +152,10 @@ def test_force_from_and_to_select_the_stages(finished_run):
 def test_from_a_stage_whose_input_is_missing_is_refused(finished_run):
     tmp_path, corpus = finished_run
     (tmp_path / "run" / "dataset" / contract.SUCCESS_FILE).unlink()
-    with pytest.raises(driver.StageOrderError, match="--from train needs the output of preprocess"):
-        _decisions(tmp_path, corpus, first="train")
+    with pytest.raises(driver.StageOrderError) as raised:
+        _decisions(tmp_path, corpus, first="train", last="train")  # `shardline train`: no --from typed
+    assert str(raised.value) == (
+        f"train needs the output of preprocess, {tmp_path / 'run' / 'dataset' / contract.SUCCESS_FILE}, which is "
+        "missing; run `shardline preprocess` with the same config first (or `shardline run` for every stage)")
     with pytest.raises(driver.StageOrderError, match="--from evaluate comes after --to train"):
         _decisions(tmp_path, corpus, first="evaluate", last="train")

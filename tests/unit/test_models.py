@@ -83,7 +83,7 @@ def test_causal_targets_skip_padding_and_document_starts():
 def _config(**train):
     from pipeline.config import build_config
 
-    return build_config({"run_dir": "/tmp/x", "data": {"input": "x"}, "tokenizer": {"path": "x"},
+    return build_config({"run_dir": "/tmp/x", "data": {"input": "x", "label_column": "label"}, "tokenizer": {"path": "x"},
                          "preprocess": {"task": "classification", "max_length": 8}, "train": train})
 
 
@@ -107,9 +107,10 @@ def test_contract_check_refuses_a_classifier_on_causal_blocks():
     from pipeline.config import build_config
     from training.models import check_dataset_matches
 
-    config = build_config({"run_dir": "/tmp/x", "data": {"input": "x"}, "tokenizer": {"path": "x"},
-                           "preprocess": {"task": "causal_lm", "max_length": 8}, "train": {"model": "mlp"}})
+    # The config itself cannot pair mlp with causal_lm (refused at load time); a dataset can still disagree.
+    config = build_config({"run_dir": "/tmp/x", "data": {"input": "x", "label_column": "label"}, "tokenizer": {"path": "x"},
+                           "preprocess": {"task": "classification", "max_length": 8}, "train": {"model": "mlp"}})
     model = build_model(config.train, _manifest())
     splits = {"train": contract.SplitStats(rows=4, tokens=8, num_files=1, num_row_groups=1, row_group_rows=[4])}
-    with pytest.raises(ValueError, match="train.model mlp trains classification but /tmp/x/dataset holds causal_lm"):
+    with pytest.raises(ValueError, match=r"built for task causal_lm but preprocess.task is classification \(and 1 more"):
         check_dataset_matches(model, _manifest(task="causal_lm", splits=splits), config)

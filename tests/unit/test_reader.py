@@ -177,7 +177,7 @@ def test_a_manifest_without_a_file_list_is_refused(tmp_path):
 
 
 def test_reader_backend_is_a_config_key_defaulting_to_petastorm():
-    tree = {"run_dir": "runs/x", "data": {"input": "in.jsonl"}, "tokenizer": {"path": "tok"}}
+    tree = {"run_dir": "runs/x", "data": {"input": "in.jsonl", "label_column": "label"}, "tokenizer": {"path": "tok"}}
     assert build_config(tree).reader.backend == "petastorm"
     assert build_config(tree, ["reader.backend=pyarrow"]).reader.backend == "pyarrow"
     with pytest.raises(ConfigError, match="config key reader.backend"):

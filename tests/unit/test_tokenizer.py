@@ -21,3 +21,17 @@ def test_trained_bpe_round_trips_bytes(docstring_records):
     text = "Naïve façade: 10 µs"
     assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
     assert tokenizer.pad_token_id == 0
+
+
+def test_trained_wordpiece_decodes_code_and_prose_readably(small_tokenizer, tmp_path):
+    texts = {
+        "Call set_event_loop() on the loop, i.e. x[0] (if any); don't block.":
+            "call set_event_loop() on the loop, i.e. x [0] (if any); don't block.",  # `x [0]` stays: ambiguous
+        "Non-blocking I/O on Python 3.11: see loop.call_soon(callback).":
+            "non-blocking i/o on python 3.11: see loop. call_soon (callback).",  # `loop. call_soon (` stays
+    }
+    small_tokenizer.save_pretrained(str(tmp_path))
+    reloaded = load_tokenizer(tmp_path)  # the saved decoder, as inspect and predict load it
+    for text, readable in texts.items():
+        ids = small_tokenizer(text)["input_ids"]
+        assert reloaded.decode(ids, skip_special_tokens=True) == readable

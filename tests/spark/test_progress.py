@@ -1,0 +1,37 @@
+"""The Spark job's console progress, read from the shared session's status tracker while a job runs."""
+import re
+import threading
+import time
+
+from pipeline.console import CLEAR_LINE
+from spark_jobs import progress
+from spark_jobs.progress import SparkProgress
+
+
+def _slow_job(spark):
+    return spark.sparkContext.parallelize(range(4), 4).map(lambda x: time.sleep(0.6) or x).collect()
+
+
+def test_lines_mode_prints_the_running_stage_and_its_tasks(spark, monkeypatch, capsys):
+    monkeypatch.setattr(progress, "PLAIN_INTERVAL_S", 0.0)
+    with SparkProgress(spark.sparkContext, mode="lines"):
+        assert _slow_job(spark) == [0, 1, 2, 3]
+    lines = capsys.readouterr().out.splitlines()
+    pattern = re.compile(r"preprocess: Spark stage \d+ \(collect at test_progress\.py:\d+\): [0-4]/4 tasks done"
+                         r"(, \d running)?, \d+:\d\d$")
+    assert lines and all(pattern.match(line) for line in lines), lines
+
+
+def test_bar_mode_redraws_one_line_and_clears_it_for_other_output(spark, capsys):
+    with SparkProgress(spark.sparkContext, mode="bar"):
+        job = threading.Thread(target=_slow_job, args=(spark,))
+        job.start()
+        time.sleep(1.0)  # the status line is drawn by now
+        print("preprocess: a message while a stage runs")
+        job.join()
+    out = capsys.readouterr().out
+    before, after = out.split("preprocess: a message while a stage runs\n")
+    assert before.count(CLEAR_LINE + "preprocess: Spark stage") >= 2  # redrawn in place, no newline between
+    assert "\n" not in before
+    assert re.search(r"tasks done.*, \d+:\d\d" + re.escape(CLEAR_LINE) + "$", before)  # cleared, then printed
+    assert CLEAR_LINE + "preprocess: Spark stage" in after  # and drawn again below the message
