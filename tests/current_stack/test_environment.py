@@ -47,7 +47,7 @@ def test_train_then_evaluate_as_the_gpu_machine_runs_them(tmp_path):
     run_dir = tmp_path / "run"
     write_classification_dataset(run_dir / "dataset", [[24], [24]])
     (run_dir / "tokenizer").mkdir()
-    config = build_config({"run_dir": str(run_dir), "data": {"input": "unused"}, "tokenizer": {"path": "unused"},
+    config = build_config({"run_dir": str(run_dir), "data": {"input": "unused", "label_column": "label"}, "tokenizer": {"path": "unused"},
                            "preprocess": {"max_length": 8}, "reader": {"backend": "pyarrow"},
                            "train": {"model": "mlp", "max_steps": 4, "batch_size": 8, "embedding_dim": 8,
                                      "hidden_size": 16, "checkpoint_every": 2}})

@@ -155,3 +155,20 @@ def write_causal_dataset(dataset_dir: str | os.PathLike, max_length: int = 16, v
     manifest = _manifest("causal_lm", max_length, vocab_size, {}, splits)
     _publish(dataset_dir, manifest)
     return manifest
+
+
+def write_tokenizer(directory: str, vocab_size: int = 64) -> None:
+    """A real (tiny, word-level) tokenizer directory at directory, on any store: what a run_dir's
+    tokenizer/ holds, for tests that train on these datasets without the Spark job."""
+    import tempfile
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, **{f"w{i}": i for i in range(2, vocab_size)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]")
+    with tempfile.TemporaryDirectory() as local:
+        tokenizer.save_pretrained(local)
+        storage.upload_dir(local, directory)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from parquet_datasets import write_classification_dataset
+from parquet_datasets import write_tokenizer, write_classification_dataset
 from pipeline import contract, storage
 from pipeline.config import build_config
 from training.evaluate import run_evaluation
@@ -19,7 +19,7 @@ TRAIN = {"model": "mlp", "epochs": 2, "batch_size": 8, "lr": 0.01, "log_every": 
 
 def _config(run_dir, local_dir=None, **train_settings):
     # The pyarrow backend: these tests are about the trainer, and run in the Petastorm-free env too.
-    tree = {"run_dir": str(run_dir), "data": {"input": "unused"}, "tokenizer": {"path": "unused"},
+    tree = {"run_dir": str(run_dir), "data": {"input": "unused", "label_column": "label"}, "tokenizer": {"path": "unused"},
             "preprocess": {"max_length": 8}, "reader": {"backend": "pyarrow"}, "train": {**TRAIN, **train_settings}}
     if local_dir is not None:
         tree["storage"] = {"local_dir": str(local_dir)}
@@ -28,9 +28,9 @@ def _config(run_dir, local_dir=None, **train_settings):
 
 def _new_run(run_dir):
     """run_dir (a path or URI) with a dataset of 80 training rows (10 batches an epoch) and a
-    one-file tokenizer dir."""
+    tokenizer dir."""
     write_classification_dataset(storage.join(str(run_dir), "dataset"), [[40], [40]])
-    storage.write_text(storage.join(str(run_dir), "tokenizer", "tokenizer.json"), "{}")
+    write_tokenizer(storage.join(str(run_dir), "tokenizer"))
     return run_dir
 
 
