@@ -305,6 +305,8 @@ class ReaderConfig(_Strict):
 
     backend: Literal["petastorm", "pyarrow"] = "petastorm"
     """What reads row groups: `petastorm` (make_batch_reader streams), or `pyarrow` (pyarrow.fs, which needs no petastorm or pyspark)."""
+    verify_checksums: bool = True
+    """Check each data file's sha256 against the manifest once per process, before its first row is read (one extra read of each file); false checks only sizes."""
 
 
 class S3StorageConfig(_Strict):

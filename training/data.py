@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from pipeline import contract, storage
+from pipeline.errors import ShardlineError
 from training.backends import SourceFile, open_source
 
 # Columns each task trains on; the id column is read only when sample ids are recorded.
@@ -42,7 +43,7 @@ TASK_COLUMNS = {
 Batch = dict  # column name -> torch.Tensor (the id column, when read, is a list of str)
 
 
-class DatasetChangedError(RuntimeError):
+class DatasetChangedError(ShardlineError):
     """A data file no longer matches the manifest that published it."""
 
 
@@ -60,6 +61,7 @@ class ReaderSpec:
     num_shuffle_row_groups: int = 4  # row groups mixed together by the in-memory shuffle buffer
     pin_memory: bool = False  # page-locked host batches, so host-to-GPU copies can be asynchronous
     backend: str = "petastorm"  # the row-group source (training/backends)
+    verify_checksums: bool = True  # sha256 of each file against the manifest, once per process, before its first read
 
     @property
     def row_group_rows(self) -> tuple[int, ...]:
@@ -186,7 +188,7 @@ class RowGroupReads:
     def _read(self, index: int) -> dict[str, np.ndarray]:
         file, row_group = self._spec.locate(index)
         if file.uri not in self._checked:
-            check_file(file)
+            check_file(file, self._spec.verify_checksums)
             self._checked.add(file.uri)
         columns = self._source.read(file, row_group, self._spec.columns)
         rows, expected = _rows(columns), file.row_group_rows[row_group]
@@ -205,9 +207,15 @@ class RowGroupReads:
             self._source.close()
 
 
-def check_file(file: SourceFile) -> None:
-    """Refuse a file that is missing or whose size is not the manifest's (one metadata request; a
-    whole-file sha256 would read every file twice)."""
+# Files whose sha256 this process already verified: each is hashed once per run, not once per epoch.
+_VERIFIED: set[tuple[str, str]] = set()
+_VERIFIED_LOCK = threading.Lock()
+
+
+def check_file(file: SourceFile, verify_checksum: bool = True) -> None:
+    """Refuse a file that is missing, whose size is not the manifest's, or (with verify_checksum,
+    once per process) whose sha256 is not: a truncated or bit-flipped shard stops the reader with
+    its name before any of its rows reach training."""
     found = storage.info(file.uri)
     if found is None:
         raise DatasetChangedError(f"{file.uri} is listed in the manifest but is missing; rebuild the dataset")
@@ -216,6 +224,17 @@ def check_file(file: SourceFile) -> None:
             f"{file.uri} is {found.size} bytes but the manifest says {file.bytes}: the file changed after the "
             "dataset was published; rebuild it (`shardline preprocess --force`)"
         )
+    key = (file.uri, file.sha256)
+    if not verify_checksum or not file.sha256 or key in _VERIFIED:
+        return
+    digest = storage.sha256(file.uri)
+    if digest != file.sha256:
+        raise DatasetChangedError(
+            f"{file.uri} has sha256 {digest[:16]}… but the manifest says {file.sha256[:16]}…: the file is corrupt or "
+            "changed after the dataset was published; rebuild it (`shardline preprocess --force`)"
+        )
+    with _VERIFIED_LOCK:
+        _VERIFIED.add(key)
 
 
 def _rows(columns: dict[str, np.ndarray]) -> int:

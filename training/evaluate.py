@@ -26,7 +26,8 @@ def run_evaluation(config: ShardlineConfig) -> dict:
     device = pick_device(config.train.device)
     model = load_model(config.model_dir).to(device)
     spec = split_spec(config.dataset_dir, manifest, split, batch_size=config.eval.batch_size,
-                      columns=TASK_COLUMNS[manifest.task], shuffle=False, backend=config.reader.backend)
+                      columns=TASK_COLUMNS[manifest.task], shuffle=False, backend=config.reader.backend,
+                      verify_checksums=config.reader.verify_checksums)
     num_batches = math.ceil(manifest.splits[split].rows / config.eval.batch_size)
     result = evaluate(model, spec, device, manifest.task, resolve_precision(config.train.precision, device),
                       progress=lambda batches: console.track(batches, num_batches, "evaluate", "batch"))

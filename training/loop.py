@@ -250,7 +250,7 @@ class Trainer:
             config.dataset_dir, manifest, "train", batch_size=cfg.batch_size, columns=columns, shuffle=True,
             seed=cfg.seed, rank=processes.rank, world_size=processes.world_size, num_workers=cfg.num_reader_workers,
             num_shuffle_row_groups=cfg.num_shuffle_row_groups, pin_memory=self.device.type == "cuda",
-            backend=config.reader.backend,
+            backend=config.reader.backend, verify_checksums=config.reader.verify_checksums,
         )
         self.batches_per_epoch = plan_epoch(self.spec, 0).num_batches  # the same every epoch and on every rank
         steps_per_epoch = math.ceil(self.batches_per_epoch / cfg.grad_accum_steps)
@@ -436,7 +436,8 @@ class Trainer:
         if not self.processes.is_main or self.manifest.splits["val"].rows == 0:
             return None
         spec = split_spec(self.config.dataset_dir, self.manifest, "val", batch_size=self.config.eval.batch_size,
-                          columns=TASK_COLUMNS[self.task], shuffle=False, backend=self.spec.backend)
+                          columns=TASK_COLUMNS[self.task], shuffle=False, backend=self.spec.backend,
+                          verify_checksums=self.spec.verify_checksums)
         return evaluate(self.model, spec, self.device, self.task, self.autocast_dtype)
 
     def _open_samples_log(self):

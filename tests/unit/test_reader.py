@@ -153,6 +153,23 @@ def test_a_changed_data_file_is_refused_naming_it(uneven, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_flipped_byte_stops_the_reader_before_any_row_of_that_file(uneven, backend):
+    directory, manifest = uneven
+    uri = manifest.split_files(directory, "train")[1]  # rows doc-000057 .. doc-000089
+    data = bytearray(storage.read_bytes(uri))
+    data[len(data) // 3] ^= 0x01  # same size: only the checksum can tell
+    storage.write_bytes(uri, bytes(data))
+    seen = []
+    with pytest.raises(DatasetChangedError, match=re.escape(f"{uri} has sha256 ") + ".*but the manifest says"):
+        for batch in iter_batches(_spec(uneven, backend, batch_size=4)):
+            seen += batch[contract.ID_COLUMN]
+    assert not {f"doc-{i:06d}" for i in range(57, 90)} & set(seen)
+    # With checksums off only sizes are checked, and this file's rows are read.
+    ids = [i for b in _ids(_spec(uneven, backend, batch_size=4, verify_checksums=False)) for i in b]
+    assert "doc-000060" in ids
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_manifest_whose_row_counts_disagree_with_the_file_is_an_error(dataset_dir, backend):
     manifest = write_classification_dataset(dataset_dir, [[10, 6]])
     manifest.splits["train"].files[0].row_group_rows = [6, 10]
