@@ -142,3 +142,31 @@ def test_sigkill_mid_write_publishes_nothing_and_a_rerun_cleans_up(corpus_and_to
     assert _rows(config) == reference
     assert _data_files(config) == _listed(config)
     assert not written & _data_files(config)  # the killed run's files are gone, not reused
+
+
+KILL_POINTS = int(os.environ.get("SHARDLINE_KILL_POINTS", "1"))  # more with SHARDLINE_KILL_POINTS=N
+
+
+@pytest.mark.parametrize("point", range(KILL_POINTS))
+def test_sigkill_at_a_random_moment_never_publishes_a_partial_dataset(corpus_and_tokenizer, reference, tmp_path, point):
+    import random
+
+    _, corpus, tokenizer = corpus_and_tokenizer
+    config = _config(f"s3://shardline-commit/runs/random-{point}", corpus, tokenizer)
+    started = time.monotonic()
+    _submit(config, tmp_path)  # one whole run first: how long a run takes on this machine right now
+    duration = time.monotonic() - started
+    delay = random.Random().uniform(0, duration)
+    process = _submit(config, tmp_path, wait=False)
+    time.sleep(delay)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.communicate()
+    committed = storage.info(storage.join(config.dataset_dir, contract.SUCCESS_FILE)) is not None
+    if committed:  # the kill came after the commit: the whole dataset must be there
+        assert _data_files(config) >= _listed(config) and _rows(config) == reference
+    else:
+        with pytest.raises(contract.DatasetNotReadyError):
+            contract.load_manifest(config.dataset_dir)
+    print(f"killed after {delay:.1f} s of a {duration:.1f} s run; committed: {committed}")
+    _submit(config, tmp_path)
+    assert _rows(config) == reference and _data_files(config) == _listed(config)
