@@ -30,7 +30,7 @@ class DataConfig(_Strict):
     id_column: str | None = None  # stable document id in the input; else sha256 of the cleaned text
     labels: list[str] | None = None  # the allowed label set; others are rejected as unknown_label
     doc_per_file: bool = False  # text format: each file is one document instead of one per line
-    chunk_mb: int = Field(64, ge=1)  # uncompressed text/jsonl files are read in chunks this big, in parallel
+    chunk_mb: int | None = Field(None, ge=1)  # text/jsonl read tasks cover this many MB (files cut, small ones packed); None: sized from the input's bytes
 
 
 class TokenizerTrainConfig(_Strict):
@@ -83,7 +83,7 @@ class PreprocessConfig(_Strict):
     dedup: bool = True  # drop exact duplicates of the cleaned text (counted in the manifest)
     stride: int | None = Field(None, ge=1)  # classification: overlap, in tokens, of windows over long documents
     drop_remainder: bool = False  # causal_lm: drop each stream's last partial block instead of padding it
-    num_partitions: int = Field(8, ge=1)  # Spark partitions documents are hashed into before tokenization
+    num_partitions: int | None = Field(None, ge=1)  # partitions documents are hashed into before tokenization; None: sized from the input's bytes
     shard: ShardConfig = Field(default_factory=ShardConfig)
 
     @model_validator(mode="after")
