@@ -177,18 +177,75 @@ class PaddedEncoder:
         return encodings
 
 
-class PaddedRows:
-    """The shard writer's row encoder (shard.write_shards): an incoming batch of documents -> the
-    kept columns, the token columns and the stat columns, one row per document (no stride)."""
+TOKENS = "_tokens"  # binary: a document's token ids (int32, little-endian), unpadded, at most max_length
 
-    def __init__(self, encoder: PaddedEncoder, keep_names: list[str]):
-        if encoder.stride:
-            raise ValueError("PaddedRows keeps one row per document: stride windows are encoded by encode_padded")
-        self.encoder, self.keep_names = encoder, keep_names
-        self.names = keep_names + [contract.INPUT_IDS, contract.ATTENTION_MASK, contract.NUM_TOKENS, *STAT_COLUMNS]
+
+def encode_unpadded(df: DataFrame, tokenizer_json: str, max_length: int, text_column: str = "text") -> DataFrame:
+    """Replace text by TOKENS (binary), num_tokens and TRUNCATED: one row per document, truncated
+    to max_length, not padded. A binary column crosses between Python and the JVM (and through a
+    shuffle) as one buffer copy, where list<int32> costs a conversion per element; the shard
+    writer pads it (PadTokens)."""
+    keep = [f for f in df.schema.fields if f.name != text_column]
+    out_schema = T.StructType(keep + [
+        T.StructField(TOKENS, T.BinaryType(), False),
+        T.StructField(contract.NUM_TOKENS, T.IntegerType(), False),
+        T.StructField(TRUNCATED, T.ByteType(), False),
+    ])
+    keep_names = [f.name for f in keep]
+    encoder = PaddedEncoder(tokenizer_json, max_length, pad_id=0)
+
+    def encode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        tokenizer = _worker_tokenizer(tokenizer_json, max_length)
+        for batch in batches:
+            encodings = encoder._encode_texts(tokenizer, batch.column(text_column).to_pylist())
+            truncated = np.fromiter((bool(e.overflowing) for e in encodings), dtype=np.int8, count=len(encodings))
+            ids, lengths = flat_ids(encodings)
+            yield pa.RecordBatch.from_arrays(
+                [batch.column(name) for name in keep_names]
+                + [token_bytes(ids, lengths), pa.array(lengths.astype(np.int32)), pa.array(truncated)],
+                names=out_schema.fieldNames(),
+            )
+
+    return df.mapInArrow(encode_batches, out_schema)
+
+
+def token_bytes(ids: np.ndarray, lengths: np.ndarray) -> pa.BinaryArray:
+    """Flat int32 ids cut by lengths -> one binary value per row, without per-row Python."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths * 4, out=offsets[1:])
+    data = np.ascontiguousarray(ids, dtype="<i4")
+    return pa.Array.from_buffers(pa.binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def ids_of(tokens: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """token_bytes inverted: (flat int32 ids, lengths)."""
+    tokens = tokens.combine_chunks() if isinstance(tokens, pa.ChunkedArray) else tokens
+    offsets = np.frombuffer(tokens.buffers()[1], dtype=np.int32, count=len(tokens) + 1, offset=tokens.offset * 4)
+    data = tokens.buffers()[2]
+    flat = np.frombuffer(data, dtype="<i4", count=(offsets[-1] - offsets[0]) // 4, offset=int(offsets[0])) if data else np.zeros(0, np.int32)
+    return flat.astype(np.int32, copy=False), (np.diff(offsets) // 4).astype(np.int64)
+
+
+class PadTokens:
+    """The shard writer's row encoder (shard.write_shards) for encode_unpadded's rows: the kept
+    columns, input_ids / attention_mask padded to max_length, num_tokens and the stat columns."""
+
+    def __init__(self, max_length: int, pad_id: int, keep_names: list[str]):
+        self.max_length, self.pad_id, self.keep_names = max_length, pad_id, keep_names
 
     def __call__(self, batch: pa.RecordBatch) -> pa.Table:
-        return pa.Table.from_arrays(self.encoder.encode(batch, self.keep_names), names=self.names)
+        ids, lengths = ids_of(batch.column(TOKENS))
+        padded = pad_rows(ids, lengths, self.max_length, self.pad_id)
+        mask = (np.arange(self.max_length) < lengths[:, None]).astype(np.int8)
+        num_tokens = lengths.astype(np.int32)
+        columns = [batch.column(name) for name in self.keep_names] + [
+            list_array(padded, pa.int32()), list_array(mask, pa.int8()), pa.array(num_tokens),
+            pa.array(np.ones(len(lengths), dtype=np.int32)), batch.column(TRUNCATED),
+            _one_or_none_list(num_tokens, np.ones(len(lengths), dtype=bool)),
+        ]
+        names = self.keep_names + [contract.INPUT_IDS, contract.ATTENTION_MASK, contract.NUM_TOKENS,
+                                   DOCUMENTS, TRUNCATED, DOC_LENGTHS]
+        return pa.Table.from_arrays(columns, names=names)
 
 
 # A token covers at least one character of a word; a cut at max_length * this many characters

@@ -140,9 +140,9 @@ def documents_by_content(good: DataFrame, config: ShardlineConfig, label_map: di
     return docs.sortWithinPartitions(split.SPLIT, contract.ID_COLUMN)
 
 
-def tokenizes_in_writer(config: ShardlineConfig) -> bool:
-    """One row per document (classification without stride windows): rows per split are known
-    before tokenizing, so the writer tasks tokenize and token arrays never enter the JVM."""
+def writes_unpadded_tokens(config: ShardlineConfig) -> bool:
+    """One row per document (classification without stride windows): the token ids go to the
+    writers unpadded, as binary, and the writers pad them and count the tokens."""
     return config.preprocess.task == "classification" and not config.preprocess.stride
 
 
@@ -214,19 +214,18 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
     num_partitions = read.num_partitions_for(files, pre.num_partitions)
     ordered = documents_by_content(good, config, label_map, num_partitions)
     columns = contract_columns(pre.task)
-    if tokenizes_in_writer(config):
-        # Documents (text) are what is persisted, counted and shuffled to the writers.
-        indexed = shard.with_local_index(
-            ordered.select(contract.ID_COLUMN, split.SPLIT, read.TEXT, contract.LABEL)
+    if writes_unpadded_tokens(config):
+        # Token ids cross the JVM as one binary value per document; the writer tasks pad them.
+        encoded = encode.encode_unpadded(
+            ordered.select(contract.ID_COLUMN, split.SPLIT, read.TEXT, contract.LABEL), backend_json(tokenizer),
+            pre.max_length,
         ).persist(StorageLevel.MEMORY_AND_DISK)
+        indexed = shard.with_local_index(encoded)
         schema = shard.arrow_schema(T.StructType(
-            [indexed.schema[contract.ID_COLUMN]] + encode.padded_fields(pre.max_length)[:2]
-            + [indexed.schema[contract.LABEL]] + encode.padded_fields(pre.max_length)[2:]
+            [encoded.schema[contract.ID_COLUMN]] + encode.padded_fields(pre.max_length)[:2]
+            + [encoded.schema[contract.LABEL]] + encode.padded_fields(pre.max_length)[2:]
         ))
-        encode_rows = encode.PaddedRows(
-            encode.PaddedEncoder(backend_json(tokenizer), pre.max_length, tokenizer.pad_token_id),
-            [contract.ID_COLUMN, contract.LABEL],
-        )
+        encode_rows = encode.PadTokens(pre.max_length, tokenizer.pad_token_id, [contract.ID_COLUMN, contract.LABEL])
         totals = None
     else:
         encoded = encode_documents(ordered, config, tokenizer).persist(StorageLevel.MEMORY_AND_DISK)
@@ -236,7 +235,7 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
         encode_rows = None
     rows_per_split, bases = shard.count_positions(indexed)
     records.unpersist()
-    lap("dedup_split_count" if totals is None else "tokenize")
+    lap("tokenize")
 
     bytes_per_row = shard.row_bytes(pre.max_length, pre.task)
     plans = {name: shard.plan_split(name, rows_per_split.get(name, 0), bytes_per_row, pre.shard) for name in contract.SPLITS}
@@ -247,10 +246,8 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
     written += shard.write_missing_files(plans, written, schema, dataset_dir, pre.shard.compression, build_id)
     if totals is None:
         totals = shard.totals_from_files(written)
-    indexed.unpersist()
-    if encode_rows is None:
-        encoded.unpersist()
-    lap("tokenize_write" if encode_rows is not None else "shard_write")
+    encoded.unpersist()
+    lap("shard_write")
 
     split_stats = {
         name: split_stats_of([w.data_file() for w in sorted(written) if w.split == name], totals.get(name), pre.max_length)
