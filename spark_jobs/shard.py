@@ -162,34 +162,6 @@ def write_parquet(uri: str, schema: pa.Schema, groups: list[pa.Table], compressi
     return len(data), hashlib.sha256(data).hexdigest()
 
 
-class _HashingSink:
-    """A write-only file for ParquetWriter that streams to the store and hashes what passes."""
-
-    def __init__(self, stream):
-        self.stream, self.digest, self.size, self.closed = stream, hashlib.sha256(), 0, False
-
-    def write(self, data) -> int:
-        view = memoryview(data)
-        self.digest.update(view)
-        self.stream.write(view)
-        self.size += view.nbytes
-        return view.nbytes
-
-    def tell(self) -> int:
-        return self.size
-
-    def writable(self) -> bool:
-        return True
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.stream.close()
-
-
 class FileStats:
     """Token accounting of the rows one file holds (from the encoder's stat columns)."""
 
@@ -230,15 +202,19 @@ def totals_from_files(written: list[WrittenFile]) -> dict[str, dict]:
 
 
 class _ShardFile:
-    """One planned file being written: row groups streamed in order, empty ones included, so the
-    task holds one row group (plus one input batch), never its partition."""
+    """One planned file being written: row groups encoded and compressed in order, empty ones
+    included; the task holds one row group, one input batch and the compressed file, never its
+    partition."""
 
     def __init__(self, root: str, split_name: str, file_number: int, groups_per_file: int, schema: pa.Schema,
                  compression: str, build_id: str):
         self.split, self.file, self.schema = split_name, file_number, schema
         self.next_group, self.end_group = file_number * groups_per_file, (file_number + 1) * groups_per_file
         self.name = attempt_name(f"{split_name}/part-{file_number:05d}", build_id)
-        self.sink = _HashingSink(storage.open_output(f"{root}/{self.name}"))
+        self.uri = f"{root}/{self.name}"
+        # The file is assembled in memory (compressed: about target_mb) and stored in one write, as
+        # the commit protocol wants (one PUT on object stores: no multipart upload left behind).
+        self.sink = pa.BufferOutputStream()
         self.writer = pq.ParquetWriter(self.sink, schema, compression=compression)
         self.pending: list[pa.Table] = []
         self.pending_group: int | None = None
@@ -272,9 +248,10 @@ class _ShardFile:
         self._flush()
         self._write_empty_until(self.end_group)
         self.writer.close()
-        self.sink.close()
-        return (self.split, self.file, self.name, self.sink.size, self.sink.digest.hexdigest(), self.counts,
-                self.stats.to_json())
+        data = self.sink.getvalue()
+        storage.write_bytes(self.uri, data)
+        return (self.split, self.file, self.name, data.size, hashlib.sha256(memoryview(data)).hexdigest(),
+                self.counts, self.stats.to_json())
 
 
 class SelectColumns:
