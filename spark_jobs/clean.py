@@ -19,28 +19,47 @@ from spark_jobs.read import ID_RAW, LABEL_RAW, TEXT, with_reason
 CONTENT_HASH = "content_hash"  # sha256 of the cleaned text: what exact de-duplication compares
 
 
-def normalize_text(df: DataFrame, form: str, collapse_whitespace: bool) -> DataFrame:
-    """Apply a Unicode normalization form (NFKC, NFC, NFKD, NFD; "none" skips it) to the text and,
-    with collapse_whitespace, turn every run of Unicode whitespace into one space and trim the ends.
+class TextCleaner:
+    """A Unicode normalization form (NFKC, NFC, NFKD, NFD; "none" skips it) and, with
+    collapse_whitespace, every run of Unicode whitespace turned into one space and the ends trimmed.
 
-    One Python pass over Arrow batches for both: Java's Unicode-aware regex was the slow part.
+    Plain Python per text, measured against Arrow's kernels on 126k dictionary entries (47.6 MB):
+    `utf8_normalize` costs the same as `unicodedata.is_normalized` (most text is already NFKC,
+    0.02 s), and `replace_substring_regex` (0.60 s) or split/filter/join in Arrow (0.63 s) are no
+    faster than `" ".join(text.split())` with the conversions (0.54 s): ~4 us a document, 2-3 % of
+    what the tokenizer costs. Python's definition of whitespace is kept that way, too.
     """
-    if form == "none" and not collapse_whitespace:
+
+    def __init__(self, form: str, collapse_whitespace: bool):
+        self.form, self.collapse_whitespace = form, collapse_whitespace
+
+    @property
+    def active(self) -> bool:
+        return self.form != "none" or self.collapse_whitespace
+
+    def clean(self, text: str) -> str:
+        # is_normalized is a fast C check; most text is already in the form and is kept as is.
+        if self.form != "none" and not unicodedata.is_normalized(self.form, text):
+            text = unicodedata.normalize(self.form, text)
+        return " ".join(text.split()) if self.collapse_whitespace else text
+
+    def __call__(self, texts: list) -> list:
+        return [None if t is None else self.clean(t) for t in texts]
+
+
+def normalize_text(df: DataFrame, form: str, collapse_whitespace: bool) -> DataFrame:
+    """TextCleaner(form, collapse_whitespace) over the text column. The preprocess job instead hands
+    the cleaner to read.read_corpus, which applies it in the task that reads the text."""
+    cleaner = TextCleaner(form, collapse_whitespace)
+    if not cleaner.active:
         return df
     names = df.columns
     text_index = names.index(TEXT)
 
-    def clean_one(text: str) -> str:
-        # is_normalized is a fast C check; most text is already in the form and is kept as is.
-        if form != "none" and not unicodedata.is_normalized(form, text):
-            text = unicodedata.normalize(form, text)
-        return " ".join(text.split()) if collapse_whitespace else text
-
     def clean_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            texts = batch.column(text_index).to_pylist()
             columns = list(batch.columns)
-            columns[text_index] = pa.array([None if t is None else clean_one(t) for t in texts], type=pa.string())
+            columns[text_index] = pa.array(cleaner(batch.column(text_index).to_pylist()), type=pa.string())
             yield pa.RecordBatch.from_arrays(columns, names=names)
 
     return df.mapInArrow(clean_batches, df.schema)

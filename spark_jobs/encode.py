@@ -109,58 +109,210 @@ def _token_fields(*names: str) -> list[T.StructField]:
     return [T.StructField(name, _INT_LIST, False) for name in names]
 
 
-def encode_padded(
-    df: DataFrame, tokenizer_json: str, max_length: int, pad_id: int, stride: int | None = None,
-    text_column: str = "text",
-) -> DataFrame:
-    """Replace text by input_ids / attention_mask (max_length, padded) and num_tokens.
+def padded_fields(max_length: int) -> list[T.StructField]:
+    """The token columns of a padded (classification) row, after the columns it keeps."""
+    return (
+        _token_fields(contract.INPUT_IDS)
+        + [T.StructField(contract.ATTENTION_MASK, T.ArrayType(T.ByteType(), False), False),
+           T.StructField(contract.NUM_TOKENS, T.IntegerType(), False)]
+    )
+
+
+class PaddedEncoder:
+    """Text -> input_ids / attention_mask (max_length, padded), num_tokens and the accounting
+    columns, one Arrow batch at a time; picklable (the Rust tokenizer is built in the worker).
 
     Without stride a long document is truncated (TRUNCATED=1); with stride it becomes several
     windows overlapping by `stride` tokens, ids suffixed `#1`, `#2`, ... after the first.
     """
+
+    def __init__(self, tokenizer_json: str, max_length: int, pad_id: int, stride: int | None = None):
+        self.tokenizer_json, self.max_length, self.pad_id, self.stride = tokenizer_json, max_length, pad_id, stride
+        # Without stride only the first max_length tokens are kept: a text can be cut before the
+        # tokenizer sees it, where that provably keeps those tokens (see cut_texts).
+        self.cut_chars = max_length * _CHARS_PER_TOKEN_BOUND if not stride and cuts_are_exact(tokenizer_json) else None
+
+    def encode(self, batch: pa.RecordBatch, keep_names: list[str], text_column: str = "text") -> list[pa.Array]:
+        """The kept columns (repeated per window with stride), then the token and stat columns."""
+        tokenizer = _worker_tokenizer(self.tokenizer_json, self.max_length, self.stride or 0)
+        texts = batch.column(text_column).to_pylist()
+        encodings = self._encode_texts(tokenizer, texts)
+        truncated = np.fromiter((bool(e.overflowing) for e in encodings), dtype=np.int8, count=len(encodings))
+        columns = [batch.column(name) for name in keep_names]
+        if self.stride and truncated.any():
+            windows = [len(e.overflowing) + 1 for e in encodings]
+            take = pa.array(np.repeat(np.arange(len(encodings)), windows))
+            columns = [c.take(take) for c in columns]
+            id_index = keep_names.index(contract.ID_COLUMN)
+            suffixes = [f"#{k}" if k else "" for n in windows for k in range(n)]
+            columns[id_index] = pa.array([i + s for i, s in zip(columns[id_index].to_pylist(), suffixes)])
+            first = np.array([k == 0 for n in windows for k in range(n)])
+            encodings = [w for e in encodings for w in (e, *e.overflowing)]
+            truncated = np.zeros(len(encodings), dtype=np.int8)
+        else:
+            first = np.ones(len(encodings), dtype=bool)
+        ids, lengths = flat_ids(encodings)
+        padded = pad_rows(ids, lengths, self.max_length, self.pad_id)
+        mask = (np.arange(self.max_length) < lengths[:, None]).astype(np.int8)
+        num_tokens = lengths.astype(np.int32)
+        return columns + [
+            list_array(padded, pa.int32()),
+            list_array(mask, pa.int8()),
+            pa.array(num_tokens),
+            pa.array(first.astype(np.int32)),
+            pa.array(truncated),
+            _one_or_none_list(num_tokens, first),
+            pa.array(np.zeros(len(encodings), dtype=bool)),
+        ]
+
+    def _encode_texts(self, tokenizer, texts: list[str]) -> list:
+        if self.cut_chars is None:
+            return tokenizer.encode_batch_fast(texts)
+        cut, was_cut = cut_texts(texts, self.cut_chars)
+        encodings = tokenizer.encode_batch_fast(cut)
+        # A cut text that did not overflow max_length may have lost tokens: encode it whole.
+        again = [i for i in was_cut if not encodings[i].overflowing]
+        for i, encoding in zip(again, tokenizer.encode_batch_fast([texts[i] for i in again]) if again else []):
+            encodings[i] = encoding
+        return encodings
+
+
+TOKENS = "_tokens"  # binary: a document's token ids (int32, little-endian), unpadded, at most max_length
+
+
+def encode_unpadded(df: DataFrame, tokenizer_json: str, max_length: int, text_column: str = "text") -> DataFrame:
+    """Replace text by TOKENS (binary), num_tokens and TRUNCATED: one row per document, truncated
+    to max_length, not padded. A binary column crosses between Python and the JVM (and through a
+    shuffle) as one buffer copy, where list<int32> costs a conversion per element; the shard
+    writer pads it (PadTokens)."""
     keep = [f for f in df.schema.fields if f.name != text_column]
-    out_schema = T.StructType(
-        keep
-        + _token_fields(contract.INPUT_IDS)
-        + [T.StructField(contract.ATTENTION_MASK, T.ArrayType(T.ByteType(), False), False),
-           T.StructField(contract.NUM_TOKENS, T.IntegerType(), False)]
-        + _STAT_FIELDS
-    )
+    out_schema = T.StructType(keep + [
+        T.StructField(TOKENS, T.BinaryType(), False),
+        T.StructField(contract.NUM_TOKENS, T.IntegerType(), False),
+        T.StructField(TRUNCATED, T.ByteType(), False),
+    ])
     keep_names = [f.name for f in keep]
+    encoder = PaddedEncoder(tokenizer_json, max_length, pad_id=0)
 
     def encode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        tokenizer = _worker_tokenizer(tokenizer_json, max_length, stride or 0)
+        tokenizer = _worker_tokenizer(tokenizer_json, max_length)
         for batch in batches:
-            texts = batch.column(text_column).to_pylist()
-            encodings = tokenizer.encode_batch_fast(texts)
+            encodings = encoder._encode_texts(tokenizer, batch.column(text_column).to_pylist())
             truncated = np.fromiter((bool(e.overflowing) for e in encodings), dtype=np.int8, count=len(encodings))
-            columns = [batch.column(name) for name in keep_names]
-            if stride and truncated.any():
-                windows = [len(e.overflowing) + 1 for e in encodings]
-                take = pa.array(np.repeat(np.arange(len(encodings)), windows))
-                columns = [c.take(take) for c in columns]
-                id_index = keep_names.index(contract.ID_COLUMN)
-                suffixes = [f"#{k}" if k else "" for n in windows for k in range(n)]
-                columns[id_index] = pa.array([i + s for i, s in zip(columns[id_index].to_pylist(), suffixes)])
-                first = np.array([k == 0 for n in windows for k in range(n)])
-                encodings = [w for e in encodings for w in (e, *e.overflowing)]
-                truncated = np.zeros(len(encodings), dtype=np.int8)
-            else:
-                first = np.ones(len(encodings), dtype=bool)
             ids, lengths = flat_ids(encodings)
-            padded = pad_rows(ids, lengths, max_length, pad_id)
-            mask = (np.arange(max_length) < lengths[:, None]).astype(np.int8)
-            num_tokens = lengths.astype(np.int32)
-            columns += [
-                list_array(padded, pa.int32()),
-                list_array(mask, pa.int8()),
-                pa.array(num_tokens),
-                pa.array(first.astype(np.int32)),
-                pa.array(truncated),
-                _one_or_none_list(num_tokens, first),
-                pa.array(np.zeros(len(encodings), dtype=bool)),
-            ]
-            yield pa.RecordBatch.from_arrays(columns, names=out_schema.fieldNames())
+            yield pa.RecordBatch.from_arrays(
+                [batch.column(name) for name in keep_names]
+                + [token_bytes(ids, lengths), pa.array(lengths.astype(np.int32)), pa.array(truncated)],
+                names=out_schema.fieldNames(),
+            )
+
+    return df.mapInArrow(encode_batches, out_schema)
+
+
+def token_bytes(ids: np.ndarray, lengths: np.ndarray) -> pa.BinaryArray:
+    """Flat int32 ids cut by lengths -> one binary value per row, without per-row Python."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths * 4, out=offsets[1:])
+    data = np.ascontiguousarray(ids, dtype="<i4")
+    return pa.Array.from_buffers(pa.binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def ids_of(tokens: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """token_bytes inverted: (flat int32 ids, lengths)."""
+    tokens = tokens.combine_chunks() if isinstance(tokens, pa.ChunkedArray) else tokens
+    offsets = np.frombuffer(tokens.buffers()[1], dtype=np.int32, count=len(tokens) + 1, offset=tokens.offset * 4)
+    data = tokens.buffers()[2]
+    flat = np.frombuffer(data, dtype="<i4", count=(offsets[-1] - offsets[0]) // 4, offset=int(offsets[0])) if data else np.zeros(0, np.int32)
+    return flat.astype(np.int32, copy=False), (np.diff(offsets) // 4).astype(np.int64)
+
+
+class PadTokens:
+    """The shard writer's row encoder (shard.write_shards) for encode_unpadded's rows: the kept
+    columns, input_ids / attention_mask padded to max_length, num_tokens and the stat columns."""
+
+    def __init__(self, max_length: int, pad_id: int, keep_names: list[str]):
+        self.max_length, self.pad_id, self.keep_names = max_length, pad_id, keep_names
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.Table:
+        ids, lengths = ids_of(batch.column(TOKENS))
+        padded = pad_rows(ids, lengths, self.max_length, self.pad_id)
+        mask = (np.arange(self.max_length) < lengths[:, None]).astype(np.int8)
+        num_tokens = lengths.astype(np.int32)
+        columns = [batch.column(name) for name in self.keep_names] + [
+            list_array(padded, pa.int32()), list_array(mask, pa.int8()), pa.array(num_tokens),
+            pa.array(np.ones(len(lengths), dtype=np.int32)), batch.column(TRUNCATED),
+            _one_or_none_list(num_tokens, np.ones(len(lengths), dtype=bool)),
+        ]
+        names = self.keep_names + [contract.INPUT_IDS, contract.ATTENTION_MASK, contract.NUM_TOKENS,
+                                   DOCUMENTS, TRUNCATED, DOC_LENGTHS]
+        return pa.Table.from_arrays(columns, names=names)
+
+
+# A token covers at least one character of a word; a cut at max_length * this many characters
+# keeps max_length tokens for all but pathological text, which cut_texts' caller re-encodes whole.
+_CHARS_PER_TOKEN_BOUND = 8
+
+
+def cut_texts(texts: list[str], cut_chars: int) -> tuple[list[str], list[int]]:
+    """Each text longer than cut_chars cut at its first ASCII space at or after cut_chars, and the
+    indices of the texts that were cut."""
+    out, was_cut = list(texts), []
+    for i, text in enumerate(texts):
+        if len(text) > cut_chars:
+            space = text.find(" ", cut_chars)
+            if space > 0:
+                out[i] = text[:space]
+                was_cut.append(i)
+    return out, was_cut
+
+
+# Pre-tokenizers that split on whitespace and never join pieces across it, and normalizers that
+# map characters one by one (or canonically, where a space is a starter that nothing composes
+# across): with them, the tokens of a text cut at a space are the first tokens of the whole text.
+_WHITESPACE_SPLITTERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
+_PIECEWISE_SPLITTERS = _WHITESPACE_SPLITTERS | {"Punctuation", "Digits"}
+_CHARWISE_NORMALIZERS = {"BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents"}
+
+
+def cuts_are_exact(tokenizer_json: str) -> bool:
+    """True when cutting a text at an ASCII space keeps every token before the cut unchanged: the
+    pre-tokenizer splits at whitespace, the normalizer works per character, and no added token
+    contains a space (added tokens are matched in the raw text, before splitting)."""
+    import json
+
+    spec = json.loads(tokenizer_json)
+
+    def kinds(node: dict | None, key: str) -> list[str]:
+        if node is None:
+            return []
+        if node.get("type") == "Sequence":
+            return [k for child in node.get(key, []) for k in kinds(child, key)]
+        return [node.get("type")]
+
+    splitters = kinds(spec.get("pre_tokenizer"), "pretokenizers")
+    normalizers = kinds(spec.get("normalizer"), "normalizers")
+    return (
+        bool(set(splitters) & _WHITESPACE_SPLITTERS)
+        and set(splitters) <= _PIECEWISE_SPLITTERS
+        and set(normalizers) <= _CHARWISE_NORMALIZERS
+        and not any(any(c.isspace() for c in t.get("content", "")) for t in spec.get("added_tokens", []))
+    )
+
+
+def encode_padded(
+    df: DataFrame, tokenizer_json: str, max_length: int, pad_id: int, stride: int | None = None,
+    text_column: str = "text",
+) -> DataFrame:
+    """Replace text by input_ids / attention_mask (max_length, padded) and num_tokens (PaddedEncoder)."""
+    keep = [f for f in df.schema.fields if f.name != text_column]
+    out_schema = T.StructType(keep + padded_fields(max_length) + _STAT_FIELDS)
+    keep_names = [f.name for f in keep]
+    encoder = PaddedEncoder(tokenizer_json, max_length, pad_id, stride)
+
+    def encode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield pa.RecordBatch.from_arrays(encoder.encode(batch, keep_names, text_column),
+                                             names=out_schema.fieldNames())
 
     return df.mapInArrow(encode_batches, out_schema)
 

@@ -23,6 +23,7 @@ if __package__ in (None, ""):
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from pipeline import contract, inputs, storage
 from pipeline.config import ConfigError, ShardlineConfig, load_config, save_config
@@ -101,11 +102,19 @@ def _training_fingerprint(config: ShardlineConfig, texts: list[str]) -> str:
     return digest.hexdigest()
 
 
-def clean_records(records: DataFrame, config: ShardlineConfig) -> DataFrame:
-    """Every cleaning step and record check, in order; the first failing check names the reject."""
+def read_clean(spark: SparkSession, config: ShardlineConfig, files: list) -> DataFrame:
+    """Every input record, its text cleaned in the task that read it (read.read_corpus), then every
+    record check in order; the first failing check names the reject."""
     pre = config.preprocess
-    df = records.transform(lambda d: clean.normalize_text(d, pre.normalization, pre.collapse_whitespace))
-    df = df.transform(lambda d: clean.filter_length(d, pre.min_chars, pre.max_chars))
+    cleaner = clean.TextCleaner(pre.normalization, pre.collapse_whitespace)
+    records = read.read_corpus(spark, config.data, files, cleaner if cleaner.active else None)
+    return clean_records(records, config)
+
+
+def clean_records(records: DataFrame, config: ShardlineConfig) -> DataFrame:
+    """The record checks, in order, on records whose text is already cleaned."""
+    pre = config.preprocess
+    df = records.transform(lambda d: clean.filter_length(d, pre.min_chars, pre.max_chars))
     if pre.task == "classification":
         df = df.transform(lambda d: clean.check_labels(d, config.data.labels))
     if config.data.id_column:
@@ -113,10 +122,33 @@ def clean_records(records: DataFrame, config: ShardlineConfig) -> DataFrame:
     return df
 
 
-def encode_documents(docs: DataFrame, config: ShardlineConfig, tokenizer) -> DataFrame:
-    """Documents (id, split, text[, label]) -> token rows of the configured task."""
+def documents_by_content(good: DataFrame, config: ShardlineConfig, label_map: dict[str, int],
+                         num_partitions: int) -> DataFrame:
+    """Documents (id, split, text, label, ...) hashed by content hash into num_partitions and
+    sorted by (split, id) within them: de-duplication (a group-by on the same key) needs no second
+    shuffle, and which partition a document lands in depends on its text alone, never on the
+    cluster, so the same corpus gives the same shards everywhere."""
     pre = config.preprocess
-    ordered = docs.repartition(pre.num_partitions, contract.ID_COLUMN).sortWithinPartitions(split.SPLIT, contract.ID_COLUMN)
+    docs = good.transform(lambda d: clean.with_ids(d, config.data.id_column is not None))
+    docs = docs.repartition(num_partitions, clean.CONTENT_HASH)
+    if pre.dedup:
+        docs = docs.transform(clean.drop_duplicates)
+    docs = docs.transform(lambda d: split.with_split(d, pre.split, pre.seed))
+    if label_map:
+        docs = docs.transform(lambda d: split.with_label_ids(d, label_map))
+    return docs.sortWithinPartitions(split.SPLIT, contract.ID_COLUMN)
+
+
+def writes_unpadded_tokens(config: ShardlineConfig) -> bool:
+    """One row per document (classification without stride windows): the token ids go to the
+    writers unpadded, as binary, and the writers pad them and count the tokens."""
+    return config.preprocess.task == "classification" and not config.preprocess.stride
+
+
+def encode_documents(ordered: DataFrame, config: ShardlineConfig, tokenizer) -> DataFrame:
+    """Documents (id, split, text[, label]), in packing order -> token rows of the configured task
+    (in the JVM: for packing and stride windows, whose row counts the layout needs first)."""
+    pre = config.preprocess
     if pre.task == "causal_lm":
         eos_id = causal_lm_eos_id(tokenizer)
         return encode.pack_causal_lm(
@@ -165,8 +197,7 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
     files = files if files is not None else read.resolve_input_files(config.data.input)
     dataset_dir = config.dataset_dir
     build_id = begin_build(dataset_dir)
-    records = clean_records(read.read_corpus(spark, config.data, files), config)
-    records = records.persist(StorageLevel.MEMORY_AND_DISK)  # read and cleaned once, used four times
+    records = read_clean(spark, config, files).persist(StorageLevel.MEMORY_AND_DISK)  # read once, used four times
     good, rejected = read.split_rejects(records)
     rejects_files = shard.write_rejects(rejected, dataset_dir, "zstd", build_id)
     by_reason = {r[0]: r[1] for r in records.groupBy(read.REJECT_REASON).count().collect()}
@@ -180,27 +211,41 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
     label_map = label_map_of(config, good)
     lap("tokenizer")
 
-    docs = good.transform(lambda d: clean.with_ids(d, config.data.id_column is not None))
-    if pre.dedup:
-        docs = docs.transform(clean.drop_duplicates)
-    docs = docs.transform(lambda d: split.with_split(d, pre.split, pre.seed))
-    if label_map:
-        docs = docs.transform(lambda d: split.with_label_ids(d, label_map))
-    encoded = encode_documents(docs, config, tokenizer).persist(StorageLevel.MEMORY_AND_DISK)
-    totals = token_stats(encoded)
+    num_partitions = read.num_partitions_for(files, pre.num_partitions)
+    ordered = documents_by_content(good, config, label_map, num_partitions)
+    columns = contract_columns(pre.task)
+    if writes_unpadded_tokens(config):
+        # Token ids cross the JVM as one binary value per document; the writer tasks pad them.
+        encoded = encode.encode_unpadded(
+            ordered.select(contract.ID_COLUMN, split.SPLIT, read.TEXT, contract.LABEL), backend_json(tokenizer),
+            pre.max_length,
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+        indexed = shard.with_local_index(encoded)
+        schema = shard.arrow_schema(T.StructType(
+            [encoded.schema[contract.ID_COLUMN]] + encode.padded_fields(pre.max_length)[:2]
+            + [encoded.schema[contract.LABEL]] + encode.padded_fields(pre.max_length)[2:]
+        ))
+        encode_rows = encode.PadTokens(pre.max_length, tokenizer.pad_token_id, [contract.ID_COLUMN, contract.LABEL])
+        totals = None
+    else:
+        encoded = encode_documents(ordered, config, tokenizer).persist(StorageLevel.MEMORY_AND_DISK)
+        totals = token_stats(encoded)
+        indexed = shard.with_local_index(encoded.filter(~F.col(encode.DROPPED)))
+        schema = shard.arrow_schema(encoded.select(*columns).schema)
+        encode_rows = None
+    rows_per_split, bases = shard.count_positions(indexed)
     records.unpersist()
     lap("tokenize")
 
-    indexed = shard.with_local_index(encoded.filter(~F.col(encode.DROPPED)))
-    rows_per_split, bases = shard.count_positions(indexed)
     bytes_per_row = shard.row_bytes(pre.max_length, pre.task)
     plans = {name: shard.plan_split(name, rows_per_split.get(name, 0), bytes_per_row, pre.shard) for name in contract.SPLITS}
-    columns = contract_columns(pre.task)
     written = shard.write_shards(
-        shard.with_layout(indexed, bases, plans), plans, columns, dataset_dir, pre.shard.compression, build_id
+        shard.with_layout(indexed, bases, plans), plans, schema, dataset_dir, pre.shard.compression, build_id,
+        encode_rows,
     )
-    schema = shard.arrow_schema(encoded.select(*columns).schema)
     written += shard.write_missing_files(plans, written, schema, dataset_dir, pre.shard.compression, build_id)
+    if totals is None:
+        totals = shard.totals_from_files(written)
     encoded.unpersist()
     lap("shard_write")
 

@@ -3,9 +3,11 @@
 Every format is read by Python on the executors through pipeline.storage, so input on s3://, gs://,
 hdfs:// or local disk needs no Hadoop connector and gets the same accounting. Spark's own readers
 turn invalid UTF-8 into U+FFFD silently and fail the whole job on a corrupt gzip member, while here
-both become counted rejects. `text` and `jsonl`: one task per file chunk; uncompressed files are cut
-into `data.chunk_mb` byte ranges (a chunk owns the lines that start inside it, as Hadoop's line
-reader does); gzip/bz2 files are one chunk each because they cannot be split. `csv` (header row,
+both become counted rejects. `text` and `jsonl`: uncompressed files are cut into byte ranges of
+`partition_bytes` (a chunk owns the lines that start inside it, as Hadoop's line reader does), so
+one big file is read and cleaned by many tasks; gzip/bz2 files are one chunk each because they
+cannot be split; consecutive small chunks are packed into one task up to the same size, as Spark
+packs small files. `csv` (header row,
 every field a string) and `parquet` (the footers' schema): one task per file. There is never a
 schema-inference pass over the data.
 
@@ -20,7 +22,8 @@ import gzip
 import io
 import json
 import zlib
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,6 +61,28 @@ _COMPRESSED = (".gz", ".bz2")
 _EXTENSION_FORMATS = {".txt": "text", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
 
 
+# Bytes of input per task, from the input's size alone (1/64 of it, within these bounds): never from
+# the cluster's core count, so the same corpus gives the same partitions, and the same shards, on
+# any cluster; a 1 GB corpus makes 64 tasks, a 1 TB one 8,192, and no default caps a big cluster.
+MIN_PARTITION_BYTES = 4 << 20  # below this, per-task overhead (~50 ms) outweighs the work
+MAX_PARTITION_BYTES = 128 << 20  # Spark's spark.sql.files.maxPartitionBytes default
+_PARTITIONS_PER_INPUT = 64
+
+
+def partition_bytes(total_bytes: int) -> int:
+    """Input bytes per read task and per tokenizing partition (see MIN/MAX_PARTITION_BYTES)."""
+    return min(MAX_PARTITION_BYTES, max(MIN_PARTITION_BYTES, math.ceil(total_bytes / _PARTITIONS_PER_INPUT)))
+
+
+def num_partitions_for(files: list[storage.FileEntry], configured: int | None) -> int:
+    """Partitions documents are hashed into before tokenization: configured, else one per
+    partition_bytes of input."""
+    if configured is not None:
+        return configured
+    total = sum(f.size for f in files)
+    return max(1, math.ceil(total / partition_bytes(total)))
+
+
 def resolve_input_files(pattern: str) -> list[storage.FileEntry]:
     """Expand a path, directory or glob on any store into its data files (see pipeline.inputs)."""
     return inputs.resolve_input_files(pattern)
@@ -79,19 +104,25 @@ def detect_format(files: list, configured: str) -> str:
     return formats.pop()
 
 
-def read_corpus(spark: SparkSession, cfg: DataConfig, files: list[storage.FileEntry]) -> DataFrame:
+TextCleaner = Callable[[list], list]  # texts (None for rejects) -> cleaned texts, in the reading task
+
+
+def read_corpus(spark: SparkSession, cfg: DataConfig, files: list[storage.FileEntry],
+                clean_text: TextCleaner | None = None) -> DataFrame:
     """All input records in RECORD_SCHEMA; rejects carry a reason, documents a null one.
 
     Every format is read by Python on the executors through the storage layer, so s3://, gs://,
-    hdfs:// and local input need no Hadoop connector and get exactly the same bad-record accounting."""
+    hdfs:// and local input need no Hadoop connector and get exactly the same bad-record accounting.
+    `clean_text` (clean.TextCleaner) runs on each batch in the task that read it: the text crosses
+    from Python into the JVM once, already cleaned."""
     fmt = detect_format(files, cfg.format)
     if fmt in ("text", "jsonl"):
-        return _read_lines(spark, cfg, fmt, files)
+        return _read_lines(spark, cfg, fmt, files, clean_text)
     if fmt == "csv":
         _check_csv_headers(cfg, files)
-        return _read_per_file(spark, files, _CsvFile(cfg))
+        return _read_per_file(spark, files, _CsvFile(cfg), clean_text)
     _check_parquet_schemas(cfg, files)
-    return _read_per_file(spark, files, _ParquetFile(cfg))
+    return _read_per_file(spark, files, _ParquetFile(cfg), clean_text)
 
 
 def _wanted_columns(cfg: DataConfig) -> list[str]:
@@ -118,7 +149,8 @@ def _check_parquet_schemas(cfg: DataConfig, files: list[storage.FileEntry]) -> N
             raise InputError(f"{entry.uri} has no column(s) {missing}; its columns are {names}")
 
 
-def _read_per_file(spark: SparkSession, files: list[storage.FileEntry], parse) -> DataFrame:
+def _read_per_file(spark: SparkSession, files: list[storage.FileEntry], parse,
+                   clean_text: TextCleaner | None) -> DataFrame:
     """One task per file; `parse(uri)` yields RECORD_SCHEMA tuples."""
     uris = [f.uri for f in files]
     options = storage.current_options()
@@ -127,7 +159,7 @@ def _read_per_file(spark: SparkSession, files: list[storage.FileEntry], parse) -
         storage.configure(options)
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                yield from _batches(parse(uris[index]))
+                yield from _batches(parse(uris[index]), clean_text)
 
     return spark.range(len(uris), numPartitions=max(1, len(uris))).mapInArrow(read_files, RECORD_SCHEMA)
 
@@ -250,10 +282,29 @@ def plan_chunks(files: list[storage.FileEntry], chunk_bytes: int, whole_files: b
     return chunks
 
 
-def _read_lines(spark: SparkSession, cfg: DataConfig, fmt: str, files: list[storage.FileEntry]) -> DataFrame:
-    chunks = plan_chunks(files, cfg.chunk_mb << 20, whole_files=cfg.doc_per_file)
-    # One chunk per partition, as row i of a range: the chunk list travels with the function.
-    chunk_df = spark.range(len(chunks), numPartitions=len(chunks))
+def pack_chunks(chunks: list[tuple[str, int, int]], sizes: dict[str, int], task_bytes: int) -> list[list[tuple[str, int, int]]]:
+    """Consecutive chunks grouped into read tasks of at most task_bytes (a chunk bigger than that
+    is a task alone): many small files do not each cost a task."""
+    tasks: list[list[tuple[str, int, int]]] = []
+    filled = task_bytes
+    for chunk in chunks:
+        path, start, end = chunk
+        size = (sizes[path] if end < 0 else end) - start
+        if filled + size > task_bytes:
+            tasks.append([])
+            filled = 0
+        tasks[-1].append(chunk)
+        filled += size
+    return tasks
+
+
+def _read_lines(spark: SparkSession, cfg: DataConfig, fmt: str, files: list[storage.FileEntry],
+                clean_text: TextCleaner | None) -> DataFrame:
+    task_bytes = (cfg.chunk_mb << 20) if cfg.chunk_mb else partition_bytes(sum(f.size for f in files))
+    tasks = pack_chunks(plan_chunks(files, task_bytes, whole_files=cfg.doc_per_file),
+                        {f.uri: f.size for f in files}, task_bytes)
+    # One task per partition, as row i of a range: the task list travels with the function.
+    task_df = spark.range(len(tasks), numPartitions=max(1, len(tasks)))
     parse = _JsonRecord(cfg) if fmt == "jsonl" else _TextRecord()
     doc_per_file = cfg.doc_per_file and fmt == "text"
     options = storage.current_options()
@@ -262,12 +313,12 @@ def _read_lines(spark: SparkSession, cfg: DataConfig, fmt: str, files: list[stor
         storage.configure(options)  # the driver's storage options, in this executor's process
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                path, start, end = chunks[index]
-                records = _whole_file(path) if doc_per_file else read_chunk_lines(path, start, end)
-                source = storage.as_uri(path)  # file:///… for local files, as Spark names its inputs
-                yield from _batches(parse(raw, source, offset) for raw, offset in records)
+                for path, start, end in tasks[index]:
+                    records = _whole_file(path) if doc_per_file else read_chunk_lines(path, start, end)
+                    source = storage.as_uri(path)  # file:///… for local files, as Spark names its inputs
+                    yield from _batches((parse(raw, source, offset) for raw, offset in records), clean_text)
 
-    return chunk_df.mapInArrow(read_chunks, RECORD_SCHEMA)
+    return task_df.mapInArrow(read_chunks, RECORD_SCHEMA)
 
 
 # A record from a chunk: (raw bytes, offset), or (exception, offset) when the file could not be read on.
@@ -379,21 +430,24 @@ class _JsonRecord:
         )
 
 
-def _batches(rows: Iterator[tuple]) -> Iterator[pa.RecordBatch]:
+def _batches(rows: Iterator[tuple], clean_text: TextCleaner | None = None) -> Iterator[pa.RecordBatch]:
     names = RECORD_SCHEMA.fieldNames()
     types = [pa.string(), pa.string(), pa.string(), pa.string(), pa.int64(), pa.string(), pa.string()]
     buffer: list[tuple] = []
     for row in rows:
         buffer.append(row)
         if len(buffer) == _BATCH_ROWS:
-            yield _to_batch(buffer, names, types)
+            yield _to_batch(buffer, names, types, clean_text)
             buffer = []
     if buffer:
-        yield _to_batch(buffer, names, types)
+        yield _to_batch(buffer, names, types, clean_text)
 
 
-def _to_batch(rows: list[tuple], names: list[str], types: list[pa.DataType]) -> pa.RecordBatch:
+def _to_batch(rows: list[tuple], names: list[str], types: list[pa.DataType],
+              clean_text: TextCleaner | None = None) -> pa.RecordBatch:
     columns = list(zip(*rows))
+    if clean_text is not None:
+        columns[0] = clean_text(list(columns[0]))
     return pa.RecordBatch.from_arrays([pa.array(c, type=t) for c, t in zip(columns, types)], names=names)
 
 

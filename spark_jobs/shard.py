@@ -19,12 +19,14 @@ How rows get there, without a global sort or collecting ids on the driver:
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -114,10 +116,11 @@ def with_layout(indexed: DataFrame, bases: dict[tuple[int, str], int], plans: di
 
 # What a writer task reports per file: the manifest is built from these rows alone (winning attempts
 # only: Spark returns the results of the attempt that succeeded), never from listing the store.
+# `stats` (JSON, null for rejects): the file's token accounting, from the rows it wrote.
 WRITTEN_SCHEMA = T.StructType([
     T.StructField(SPLIT, T.StringType()), T.StructField(FILE, T.LongType()), T.StructField("path", T.StringType()),
     T.StructField("bytes", T.LongType()), T.StructField("sha256", T.StringType()),
-    T.StructField("row_group_rows", T.ArrayType(T.LongType(), False)),
+    T.StructField("row_group_rows", T.ArrayType(T.LongType(), False)), T.StructField("stats", T.StringType()),
 ])
 
 
@@ -129,6 +132,7 @@ class WrittenFile:
     bytes: int
     sha256: str
     row_group_rows: tuple[int, ...]
+    stats: str | None = None  # JSON: tokens, documents, truncated_documents, length_histogram
 
     def data_file(self) -> contract.DataFile:
         return contract.DataFile(path=self.path, bytes=self.bytes, row_group_rows=list(self.row_group_rows),
@@ -158,52 +162,163 @@ def write_parquet(uri: str, schema: pa.Schema, groups: list[pa.Table], compressi
     return len(data), hashlib.sha256(data).hexdigest()
 
 
-def write_shards(laid_out: DataFrame, plans: dict[str, SplitPlan], columns: list[str], root: str,
-                 compression: str, build_id: str) -> list[WrittenFile]:
-    """Write every planned file under root/<split>/ through the storage layer; one report per file."""
+class FileStats:
+    """Token accounting of the rows one file holds (from the encoder's stat columns)."""
+
+    def __init__(self):
+        self.tokens = self.documents = self.truncated = 0
+        self.histogram: dict[int, int] = {}
+
+    def add(self, table: pa.Table) -> None:
+        from spark_jobs.encode import DOC_LENGTHS, DOCUMENTS, TRUNCATED
+
+        self.tokens += int(pc.sum(table.column(contract.NUM_TOKENS)).as_py() or 0)
+        self.documents += int(pc.sum(table.column(DOCUMENTS)).as_py() or 0)
+        self.truncated += int(pc.sum(table.column(TRUNCATED)).as_py() or 0)
+        lengths = pc.list_flatten(table.column(DOC_LENGTHS)).to_numpy()
+        if len(lengths):
+            # Bins as token_stats': powers of two, at least 8.
+            bins = np.maximum(8, 2 ** np.ceil(np.log2(np.maximum(lengths, 1)))).astype(np.int64)
+            for value, count in zip(*np.unique(bins, return_counts=True)):
+                self.histogram[int(value)] = self.histogram.get(int(value), 0) + int(count)
+
+    def to_json(self) -> str:
+        return json.dumps({"tokens": self.tokens, "documents": self.documents, "truncated_documents": self.truncated,
+                           "length_histogram": {f"<={k}": v for k, v in sorted(self.histogram.items())}})
+
+
+def totals_from_files(written: list[WrittenFile]) -> dict[str, dict]:
+    """Per split, the manifest's token totals summed over the writer tasks' reports."""
+    totals: dict[str, dict] = {}
+    for w in written:
+        if w.stats is None:
+            continue
+        stats, split_totals = json.loads(w.stats), totals.setdefault(w.split, {"length_histogram": {}})
+        for key in ("tokens", "documents", "truncated_documents"):
+            split_totals[key] = split_totals.get(key, 0) + stats[key]
+        for key, count in stats["length_histogram"].items():
+            split_totals["length_histogram"][key] = split_totals["length_histogram"].get(key, 0) + count
+    return totals
+
+
+class _ShardFile:
+    """One planned file being written: row groups encoded and compressed in order, empty ones
+    included; the task holds one row group, one input batch and the compressed file, never its
+    partition."""
+
+    def __init__(self, root: str, split_name: str, file_number: int, groups_per_file: int, schema: pa.Schema,
+                 compression: str, build_id: str):
+        self.split, self.file, self.schema = split_name, file_number, schema
+        self.next_group, self.end_group = file_number * groups_per_file, (file_number + 1) * groups_per_file
+        self.name = attempt_name(f"{split_name}/part-{file_number:05d}", build_id)
+        self.uri = f"{root}/{self.name}"
+        # The file is assembled in memory (compressed: about target_mb) and stored in one write, as
+        # the commit protocol wants (one PUT on object stores: no multipart upload left behind).
+        self.sink = pa.BufferOutputStream()
+        self.writer = pq.ParquetWriter(self.sink, schema, compression=compression)
+        self.pending: list[pa.Table] = []
+        self.pending_group: int | None = None
+        self.counts: list[int] = []
+        self.stats = FileStats()
+
+    def add(self, group: int, rows: pa.Table) -> None:
+        if group != self.pending_group:
+            self._flush()
+            self._write_empty_until(group)
+            self.pending_group = group
+        self.stats.add(rows)
+        self.pending.append(rows.select(self.schema.names).cast(self.schema))
+
+    def _flush(self) -> None:
+        if self.pending_group is None:
+            return
+        table = pa.concat_tables(self.pending)
+        self.writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        self.counts.append(table.num_rows)
+        self.pending, self.pending_group = [], None
+        self.next_group += 1
+
+    def _write_empty_until(self, group: int) -> None:
+        while self.next_group < group:
+            self.writer.write_table(self.schema.empty_table(), row_group_size=1)
+            self.counts.append(0)
+            self.next_group += 1
+
+    def close(self) -> tuple:
+        self._flush()
+        self._write_empty_until(self.end_group)
+        self.writer.close()
+        data = self.sink.getvalue()
+        storage.write_bytes(self.uri, data)
+        return (self.split, self.file, self.name, data.size, hashlib.sha256(memoryview(data)).hexdigest(),
+                self.counts, self.stats.to_json())
+
+
+class SelectColumns:
+    """The row encoder for rows already encoded (in the JVM): the file's columns and stat columns."""
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.Table:
+        return pa.Table.from_batches([batch])
+
+
+def write_shards(laid_out: DataFrame, plans: dict[str, SplitPlan], schema: pa.Schema, root: str,
+                 compression: str, build_id: str, encode_rows=None) -> list[WrittenFile]:
+    """Write every planned file under root/<split>/ through the storage layer; one report per file.
+
+    `encode_rows(batch) -> pa.Table` turns an incoming Arrow batch into the file's columns (`schema`)
+    plus encode.STAT_COLUMNS: with an encoder that tokenizes, token arrays are built in the task
+    that writes them and never cross into the JVM. Rows arrive sorted by (split, file, position)."""
     num_files = sum(p.num_files for p in plans.values())
     if not num_files:
         return []
     groups_per_file = {name: plan.groups_per_file for name, plan in plans.items()}
-    file_schema = arrow_schema(laid_out.select(*columns).schema)
     options = storage.current_options()
+    encode_rows = encode_rows or SelectColumns()
 
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         storage.configure(options)
-        batches = [b for b in batches if b.num_rows]
-        if not batches:  # hash partitioning can leave a partition without a file
-            return
-        table = pa.Table.from_batches(batches)
-        keys = list(zip(table.column(SPLIT).to_pylist(), table.column(FILE).to_pylist()))
-        groups = table.column(GROUP).to_numpy()
+        current: _ShardFile | None = None
         written = []
-        start = 0
-        while start < len(keys):  # rows arrive sorted by (split, file, position): one file per run
-            stop = start
-            while stop < len(keys) and keys[stop] == keys[start]:
-                stop += 1
-            split_name, file_number = keys[start]
-            per_file = groups_per_file[split_name]
-            first_group = file_number * per_file
-            rows = table.slice(start, stop - start).select(columns).cast(file_schema)
-            file_groups = groups[start:stop]
-            counts = [int((file_groups == g).sum()) for g in range(first_group, first_group + per_file)]
-            offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
-            parts = [rows.slice(offsets[i], counts[i]) for i in range(per_file)]
-            name = attempt_name(f"{split_name}/part-{file_number:05d}", build_id)
-            size, digest = write_parquet(f"{root}/{name}", file_schema, parts, compression)
-            written.append((split_name, file_number, name, size, digest, counts))
-            start = stop
-        yield _report_batch(written)
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            splits = batch.column(SPLIT).to_pylist()
+            files = batch.column(FILE).to_numpy()
+            groups = batch.column(GROUP).to_numpy()
+            rows = encode_rows(batch)
+            start = 0
+            for stop in _run_ends(splits, groups):
+                key = (splits[start], int(files[start]))
+                if current is None or (current.split, current.file) != key:
+                    if current is not None:
+                        written.append(current.close())
+                    current = _ShardFile(root, key[0], key[1], groups_per_file[key[0]], schema, compression, build_id)
+                current.add(int(groups[start]), rows.slice(start, stop - start))
+                start = stop
+        if current is not None:
+            written.append(current.close())
+        if written:  # hash partitioning can leave a partition without a file
+            yield _report_batch(written)
 
     partitioned = laid_out.repartition(num_files, SPLIT, FILE).sortWithinPartitions(SPLIT, FILE, POSITION)
-    return sorted(WrittenFile(*r[:5], tuple(r[5])) for r in partitioned.mapInArrow(write_partition, WRITTEN_SCHEMA).collect())
+    return sorted(_written(r) for r in partitioned.mapInArrow(write_partition, WRITTEN_SCHEMA).collect())
+
+
+def _run_ends(splits: list[str], groups: np.ndarray) -> list[int]:
+    """End index of each run of rows with the same (split, row group)."""
+    change = np.flatnonzero((groups[1:] != groups[:-1]) | (np.array(splits[1:]) != np.array(splits[:-1]))) + 1
+    return [*change.tolist(), len(splits)]
+
+
+def _written(row) -> WrittenFile:
+    return WrittenFile(*row[:5], tuple(row[5]), row[6])
 
 
 def _report_batch(written: list[tuple]) -> pa.RecordBatch:
-    types = [pa.string(), pa.int64(), pa.string(), pa.int64(), pa.string(), pa.list_(pa.int64())]
+    types = [pa.string(), pa.int64(), pa.string(), pa.int64(), pa.string(), pa.list_(pa.int64()), pa.string()]
     return pa.RecordBatch.from_arrays(
-        [pa.array([w[i] for w in written], type=t) for i, t in enumerate(types)], names=WRITTEN_SCHEMA.fieldNames()
+        [pa.array([w[i] if i < len(w) else None for w in written], type=t) for i, t in enumerate(types)],
+        names=WRITTEN_SCHEMA.fieldNames(),
     )
 
 
@@ -241,7 +356,7 @@ def write_rejects(rejected: DataFrame, root: str, compression: str, build_id: st
         size, digest = write_parquet(f"{root}/{name}", schema, [table], compression)
         yield _report_batch([(contract.REJECTS_DIR, TaskContext.get().partitionId(), name, size, digest, [table.num_rows])])
 
-    return sorted(WrittenFile(*r[:5], tuple(r[5])) for r in rejected.mapInArrow(write_partition, WRITTEN_SCHEMA).collect())
+    return sorted(_written(r) for r in rejected.mapInArrow(write_partition, WRITTEN_SCHEMA).collect())
 
 
 def arrow_schema(schema: T.StructType) -> pa.Schema:

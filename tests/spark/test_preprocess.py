@@ -210,3 +210,30 @@ def test_forced_rebuild_reuses_the_trained_tokenizer_and_writes_identical_shards
     assert without_files(rebuilt.splits) == without_files(manifest.splits)
     assert [[f.sha256 for f in s.files] for s in rebuilt.splits.values()] == [
         [f.sha256 for f in s.files] for s in manifest.splits.values()]
+
+
+def test_written_rows_are_the_padded_encoding_of_the_documents(spark, built):
+    """The writers pad binary token rows; the result is what encode_padded gives for the same
+    documents, row for row (ids, tokens, mask, label, num_tokens), in every split."""
+    from pyspark.sql import functions as F
+    from pyspark.testing import assertDataFrameEqual
+
+    from pipeline.tokenizer import backend_json, load_tokenizer
+    from spark_jobs import encode
+    from spark_jobs.preprocess import contract_columns, documents_by_content, read_clean
+
+    config, _, _ = built
+    manifest = contract.load_manifest(config.dataset_dir)  # an earlier test may have rebuilt it
+    files = read.resolve_input_files(config.data.input)
+    good, _ = read.split_rejects(read_clean(spark, config, files))
+    ordered = documents_by_content(good, config, manifest.label_map, config.preprocess.num_partitions)
+    tokenizer = load_tokenizer(config.tokenizer_dir)
+    expected = encode.encode_padded(
+        ordered.select(contract.ID_COLUMN, "split", read.TEXT, contract.LABEL), backend_json(tokenizer),
+        config.preprocess.max_length, tokenizer.pad_token_id,
+    ).select("split", *contract_columns("classification"))
+    written = None
+    for name in contract.SPLITS:
+        part = spark.read.parquet(*manifest.split_files(config.dataset_dir, name)).withColumn("split", F.lit(name))
+        written = part if written is None else written.unionByName(part)
+    assertDataFrameEqual(written.select("split", *contract_columns("classification")), expected)

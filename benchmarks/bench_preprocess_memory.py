@@ -1,0 +1,142 @@
+"""Preprocess memory: peak RSS of the driver (Python and its JVM) and of each Spark Python worker,
+sampled every 0.2 s, building 1x and 4x the data; each size in a fresh process. Not run in CI.
+
+    SHARDLINE_BENCH_MEMORY=1 python benchmarks/bench_preprocess_memory.py [--copies 22] [--workdir runs/bench-mem]
+
+The corpus is real text with unique documents: GCIDE's 126,240 entries (corpora.py), repeated
+`copies` times with a per-copy prefix ("[k] "), so dedup keeps every one and the output grows with
+the input; 22 copies are 1.0 GB of JSONL, the 4x run 4.1 GB. Prints, per size, the peak RSS of the
+driver Python process, of its JVM (local mode: the driver JVM is also the executor), the largest
+of any Python worker, and the ratios 4x/1x (target: flat within 10 %; driver <= 1 GiB).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every process below pid."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        try:
+            cmd = (Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")).decode(errors="replace")
+        except OSError:
+            continue
+        out.append((child, cmd))
+        todo += children.get(child, [])
+    return out
+
+
+class Sampler(threading.Thread):
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peaks = {"driver_python": 0.0, "driver_jvm": 0.0, "python_worker": 0.0}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        me = os.getpid()
+        while not self.stop.is_set():
+            self.peaks["driver_python"] = max(self.peaks["driver_python"], rss_mb(me))
+            for pid, cmd in descendants(me):
+                kind = "driver_jvm" if "java" in cmd.split(" ")[0] else "python_worker" if "pyspark" in cmd else None
+                if kind:
+                    self.peaks[kind] = max(self.peaks[kind], rss_mb(pid))
+            time.sleep(0.2)
+
+
+def child(corpus: str, run_dir: str, max_length: int) -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from bench_preprocess import TOKENIZER
+    from pipeline.config import build_config
+    from spark_jobs.preprocess import build_dataset
+
+    config = build_config({"run_dir": run_dir, "data": {"input": corpus, "label_column": "label"},
+                           "tokenizer": {"path": TOKENIZER}, "preprocess": {"max_length": max_length}})
+    session = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "1g").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    sampler = Sampler()
+    sampler.start()
+    started = time.perf_counter()
+    manifest = build_dataset(session, config)
+    seconds = time.perf_counter() - started
+    sampler.stop.set()
+    session.stop()
+    print(json.dumps({"docs": manifest.input_records, "seconds": seconds, "stages": manifest.stage_seconds,
+                      "load": os.getloadavg()[0], **sampler.peaks}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--copies", type=int, default=22, help="GCIDE copies in the 1x corpus (22: 1.0 GB)")
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--workdir", default="runs/bench-mem")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child, args.max_length)
+        return
+    if not os.environ.get("SHARDLINE_BENCH_MEMORY"):
+        sys.exit("set SHARDLINE_BENCH_MEMORY=1 to run this (it writes and preprocesses 5x copies of GCIDE)")
+    import corpora
+
+    work = Path(args.workdir).resolve()
+    entries = corpora.gcide_entries(Path("runs/bench").resolve())
+    results = []
+    for factor in (1, 4):
+        corpus = work / f"gcide-x{factor}.jsonl"
+        if not corpus.exists():
+            corpora.write_jsonl(entries, corpus, copies=args.copies * factor)
+        run_dir = work / f"run-x{factor}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        out = subprocess.run([sys.executable, __file__, "--child", str(corpus), str(run_dir),
+                              "--max-length", str(args.max_length)], capture_output=True, text=True)
+        if out.returncode:
+            sys.exit(out.stderr[-3000:])
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        result.update(factor=factor, mb=corpus.stat().st_size / 2**20)
+        results.append(result)
+        print(f"{factor}x: {result['mb']:.0f} MB, {result['docs']} docs in {result['seconds']:.0f} s "
+              f"({result['docs'] / result['seconds']:.0f} docs/s, load {result['load']:.1f}): peak RSS driver Python "
+              f"{result['driver_python']:.0f} MB, driver JVM {result['driver_jvm']:.0f} MB, largest Python worker "
+              f"{result['python_worker']:.0f} MB; stages {result['stages']}", flush=True)
+    small, large = results
+    for kind in ("driver_python", "driver_jvm", "python_worker"):
+        print(f"{kind:14s} 4x/1x: {large[kind] / max(small[kind], 1e-9):.3f} (target <= 1.10)")
+
+
+if __name__ == "__main__":
+    main()
