@@ -8,8 +8,6 @@ tokenizer the rows were encoded with in run_dir/tokenizer/.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
 import shutil
 import sys
@@ -67,41 +65,32 @@ def input_file_list(files: list[str]) -> list[dict]:
     return [{"path": f, "bytes": os.path.getsize(f)} for f in files if os.path.exists(f)]
 
 
-TOKENIZER_FINGERPRINT_FILE = "shardline_training_sample.sha256"  # beside a trained tokenizer
-
-
 def prepare_tokenizer(config: ShardlineConfig, texts: DataFrame, num_texts: int):
     """Train (on a Spark-drawn sample) or load the tokenizer, and save the run's copy of it."""
     if config.tokenizer.train is not None:
-        fraction = min(1.0, config.tokenizer.train.sample_size / max(num_texts, 1))
-        sample = texts.sample(fraction=fraction, seed=config.preprocess.seed) if fraction < 1 else texts
-        # One job (toLocalIterator would run one per partition); sample_size bounds what it brings back.
-        rows = [row[0] for row in sample.select(read.TEXT).collect()]
-        # tokenizers' trainers break ties in hash-map order (huggingface/tokenizers#1794): the same
-        # sample gives a different vocabulary each time. Reuse the run's tokenizer when it was
-        # trained on exactly this sample and settings, so a rebuild (--force) gives identical shards.
-        fingerprint = _training_fingerprint(config, rows)
-        marker = config.tokenizer_dir / TOKENIZER_FINGERPRINT_FILE
-        if marker.exists() and marker.read_text() == fingerprint:
-            print(f"preprocess: reusing {config.tokenizer_dir}, trained on this same sample")
-            return load_tokenizer(config.tokenizer_dir)
-        tokenizer = train_tokenizer(rows, config.tokenizer.train)
+        sample = training_sample(texts, config.tokenizer.train.sample_size, num_texts, config.preprocess.seed)
+        tokenizer = train_tokenizer(sample, config.tokenizer.train)
     else:
-        tokenizer, fingerprint = load_tokenizer(config.tokenizer.path), None
+        tokenizer = load_tokenizer(config.tokenizer.path)
     if config.tokenizer_dir.exists():
         shutil.rmtree(config.tokenizer_dir)
     tokenizer.save_pretrained(str(config.tokenizer_dir))
-    if fingerprint is not None:
-        (config.tokenizer_dir / TOKENIZER_FINGERPRINT_FILE).write_text(fingerprint)
     return tokenizer
 
 
+_SAMPLE_BUCKETS = 1_000_000
 
-def _training_fingerprint(config: ShardlineConfig, texts: list[str]) -> str:
-    digest = hashlib.sha256(json.dumps(config.to_dict()["tokenizer"], sort_keys=True).encode())
-    for text in texts:
-        digest.update(hashlib.sha256(text.encode()).digest())
-    return digest.hexdigest()
+
+def training_sample(texts: DataFrame, sample_size: int, num_texts: int, seed: int) -> list[str]:
+    """About sample_size texts, kept by a seeded hash of each text and returned sorted, so the same
+    corpus gives the same sample however it is partitioned (local[1], local[2], a cluster, Spark's
+    csv/parquet file splits) or ordered. Spark's sample() draws per partition, in partition order."""
+    fraction = min(1.0, sample_size / max(num_texts, 1))
+    if fraction < 1:
+        bucket = F.pmod(F.xxhash64(F.col(read.TEXT), F.lit(seed)), F.lit(_SAMPLE_BUCKETS))
+        texts = texts.filter(bucket < int(fraction * _SAMPLE_BUCKETS))
+    # One job (toLocalIterator would run one per partition); sample_size bounds what it brings back.
+    return sorted(row[0] for row in texts.select(read.TEXT).collect())
 
 
 def clean_records(records: DataFrame, config: ShardlineConfig) -> DataFrame:
@@ -169,10 +158,12 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig) -> contract.Mani
     records = records.persist(StorageLevel.MEMORY_AND_DISK)  # read and cleaned once, used four times
     staging = new_staging_dir(config.dataset_dir)
     good, rejected = read.split_rejects(records)
-    rejected.write.option("compression", "zstd").parquet(str(staging / contract.REJECTS_DIR))
-    by_reason = {r[0]: r[1] for r in records.groupBy(read.REJECT_REASON).count().collect()}
-    num_good = by_reason.pop(None, 0)
-    rejects_by_reason = by_reason
+    rejects_path = str(staging / contract.REJECTS_DIR)
+    rejected.write.option("compression", "zstd").parquet(rejects_path)
+    # Each term of the manifest's identity is counted where it happens, so a lost row shows.
+    input_records = records.count()
+    rejects_by_reason = {r[0]: r[1] for r in spark.read.parquet(rejects_path).groupBy(read.REJECT_REASON).count().collect()}
+    num_good = good.count()
     lap("read_clean")
 
     tokenizer = prepare_tokenizer(config, good.select(read.TEXT), num_good)
@@ -181,7 +172,9 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig) -> contract.Mani
     lap("tokenizer")
 
     docs = good.transform(lambda d: clean.with_ids(d, config.data.id_column is not None))
+    duplicates_removed = 0
     if pre.dedup:
+        duplicates_removed = clean.count_duplicates(docs)
         docs = docs.transform(clean.drop_duplicates)
     docs = docs.transform(lambda d: split.with_split(d, pre.split, pre.seed))
     if label_map:
@@ -209,6 +202,8 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig) -> contract.Mani
     split_stats = {name: split_stats_of(staging / name, totals.get(name), pre.max_length) for name in contract.SPLITS}
     documents = sum(s.documents for s in split_stats.values())
     rejected_total = sum(rejects_by_reason.values())
+    check_accounting(input_records, documents, rejected_total, duplicates_removed,
+                     {name: s.rows for name, s in split_stats.items()}, rows_per_split, staging)
     manifest = contract.Manifest(
         schema_version=contract.SCHEMA_VERSION,
         task=pre.task,
@@ -218,10 +213,10 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig) -> contract.Mani
         eos_id=causal_lm_eos_id(tokenizer) if pre.task == "causal_lm" else None,
         tokenizer_sha256=contract.file_sha256(config.tokenizer_dir / "tokenizer.json"),
         label_map=label_map,
-        input_records=num_good + rejected_total,
+        input_records=input_records,
         rejected_records=rejected_total,
         rejected_by_reason=dict(sorted(rejects_by_reason.items())),
-        duplicates_removed=num_good - documents,
+        duplicates_removed=duplicates_removed,
         token_count=sum(s.tokens for s in split_stats.values()),
         splits=split_stats,
         input_files=input_file_list(files),
@@ -231,6 +226,29 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig) -> contract.Mani
     )
     publish(staging, config.dataset_dir, manifest)
     return manifest
+
+
+class AccountingError(RuntimeError):
+    """The job's own counts disagree: records were lost or counted twice on the way to the shards."""
+
+
+def check_accounting(input_records: int, documents: int, rejected: int, duplicates: int,
+                     rows_written: dict[str, int], rows_encoded: dict[str, int], staging: Path) -> None:
+    """Fail the job, before anything is published, unless every input record is a document, a
+    reject or a removed duplicate, and the Parquet footers hold every encoded row."""
+    problems = []
+    unaccounted = input_records - (documents + rejected + duplicates)
+    if unaccounted:
+        problems.append(f"input_records {input_records} != documents {documents} + rejected {rejected} + "
+                        f"duplicates_removed {duplicates} ({unaccounted:+d} records unaccounted for)")
+    for name, rows in rows_written.items():
+        if rows != rows_encoded.get(name, 0):
+            problems.append(f"split {name}: {rows} rows in the Parquet files, {rows_encoded.get(name, 0)} encoded")
+    if problems:
+        raise AccountingError(
+            "the dataset's counts do not add up, so it was not published: " + "; ".join(problems)
+            + f". This is a bug in the job; the unpublished output is in {staging} for the report."
+        )
 
 
 def contract_columns(task: str) -> list[str]:
