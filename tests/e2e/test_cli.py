@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -22,24 +23,43 @@ def _run(args, **kwargs):
     return subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, **kwargs)
 
 
+def _cleaned(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFKC", text).split())  # demo.yaml: NFKC, whitespace collapsed
+
+
+# Appended to the demo corpus so that every term of the manifest's accounting is known in advance.
+BAD_LINES = {
+    "malformed_record": '{"text": "never closed',
+    "empty_text": json.dumps({"text": " \t ", "label": "email"}),
+    "wrong_type": json.dumps({"text": 7, "label": "email"}),
+    "missing_label": json.dumps({"text": "a docstring nobody labelled"}),
+}
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
-    corpus = write_jsonl(stdlib_docstrings(), root / "corpus" / "docstrings.jsonl")
+    records = list({_cleaned(r["text"]): r for r in stdlib_docstrings() if _cleaned(r["text"])}.values())
+    corpus = write_jsonl(records, root / "corpus" / "docstrings.jsonl")
+    with open(corpus, "a") as handle:
+        handle.write(json.dumps(records[0]) + "\n")  # exact duplicate
+        handle.write(json.dumps({**records[1], "text": records[1]["text"] + "\n\n  "}) + "\n")  # same once cleaned
+        handle.writelines(line + "\n" for line in BAD_LINES.values())
     run_dir = root / "run"
     result = _run([*SHARDLINE, "run", "--config", "configs/demo.yaml",
                    "--set", f"run_dir={run_dir}", "--set", f"data.input={corpus}", "--set", "train.epochs=6"])
     assert result.returncode == 0, result.stdout + result.stderr
-    return run_dir, corpus, result
+    return run_dir, corpus, records, result
 
 
 def test_run_builds_dataset_trains_and_beats_chance(demo_run):
-    run_dir, corpus, _ = demo_run
+    run_dir, corpus, records, _ = demo_run
     manifest = json.loads((run_dir / "dataset" / "manifest.json").read_text())
-    records = sum(1 for _ in open(corpus))
-    assert manifest["input_records"] == records
-    assert (sum(s["rows"] for s in manifest["splits"].values()) + manifest["rejected_records"]
-            + manifest["duplicates_removed"] == records)
+    assert manifest["input_records"] == len(records) + 2 + len(BAD_LINES) == sum(1 for _ in open(corpus))
+    assert manifest["rejected_by_reason"] == {reason: 1 for reason in BAD_LINES}
+    assert manifest["duplicates_removed"] == 2
+    assert sum(s["documents"] for s in manifest["splits"].values()) == len(records)
+    assert sum(s["rows"] for s in manifest["splits"].values()) == len(records)  # a row per document
     assert (run_dir / "dataset" / "_SUCCESS").exists()
     evaluation = json.loads((run_dir / "eval.json").read_text())
     assert evaluation["split"] == "test" and evaluation["examples"] == manifest["splits"]["test"]["rows"]
@@ -55,14 +75,13 @@ def test_run_builds_dataset_trains_and_beats_chance(demo_run):
 
 def test_inspect_decodes_rows_back_to_text(demo_run):
     import hashlib
-    import unicodedata
 
     from pipeline.tokenizer import load_tokenizer
 
-    run_dir, corpus, _ = demo_run
+    run_dir, corpus, records, _ = demo_run
     result = _run([*SHARDLINE, "inspect", str(run_dir / "dataset"), "--rows", "2"])
     assert result.returncode == 0, result.stderr
-    cleaned = (" ".join(unicodedata.normalize("NFKC", json.loads(line)["text"]).split()) for line in open(corpus))
+    cleaned = (_cleaned(r["text"]) for r in records)
     by_id = {hashlib.sha256(t.encode()).hexdigest()[:32]: t for t in cleaned}  # ids hash the cleaned text
     tokenizer = load_tokenizer(run_dir / "tokenizer")
     blocks = result.stdout.split("\n[train row ")[1:]
@@ -76,7 +95,7 @@ def test_inspect_decodes_rows_back_to_text(demo_run):
 
 
 def test_spark_submit_runs_the_job_directly_and_skips_when_built(demo_run):
-    run_dir, corpus, _ = demo_run
+    run_dir, corpus, _, _ = demo_run
     spark_submit = Path(sys.executable).parent / "spark-submit"
     result = _run([str(spark_submit), "spark_jobs/preprocess.py", "--config", "configs/demo.yaml",
                    "--set", f"run_dir={run_dir}", "--set", f"data.input={corpus}"])
