@@ -1,0 +1,36 @@
+"""shard.with_layout on a real DataFrame: positions, row groups and files as the README promises."""
+from collections import Counter
+
+from spark_jobs import shard
+from spark_jobs.shard import SplitPlan
+
+
+def test_rows_get_consecutive_positions_and_row_groups_within_one_row_of_each_other(spark):
+    rows = ([(f"t{i:02d}", "train") for i in range(17)] + [(f"v{i}", "val") for i in range(5)]
+            + [(f"x{i}", "test") for i in range(3)])
+    # As the job hands them over: spread over partitions, sorted by (split, id) within each.
+    df = spark.createDataFrame(rows, "id string, split string").repartition(3, "id").sortWithinPartitions("split", "id")
+    indexed = shard.with_local_index(df)
+    totals, bases = shard.count_positions(indexed)
+    assert totals == {"train": 17, "val": 5, "test": 3}
+    plans = {"train": SplitPlan("train", 17, 8, 2), "val": SplitPlan("val", 5, 4, 1), "test": SplitPlan("test", 3, 8, 4)}
+    laid_out = shard.with_layout(indexed, bases, plans).collect()
+    for name, plan in plans.items():
+        mine = sorted((r[shard.PARTITION], r[shard.LOCAL_INDEX], r[shard.POSITION], r[shard.GROUP], r[shard.FILE])
+                      for r in laid_out if r["split"] == name)
+        # Positions 0..n-1, in (partition, order within the partition) order.
+        assert [m[2] for m in mine] == list(range(plan.rows)), name
+        groups, files = [m[3] for m in mine], [m[4] for m in mine]
+        # Row groups are runs of consecutive positions, never more than the plan's, sized
+        # floor(n / G) or ceil(n / G): even when there are more groups than rows (test: 3 rows, 8 groups).
+        assert groups == sorted(groups) and 0 <= groups[0] and groups[-1] < plan.num_row_groups
+        sizes = Counter(groups)
+        sizes = [sizes.get(g, 0) for g in range(plan.num_row_groups)]
+        assert sum(sizes) == plan.rows
+        assert set(sizes) <= {plan.rows // plan.num_row_groups, -(-plan.rows // plan.num_row_groups)}, (name, sizes)
+        # Each file holds the same number of whole, consecutive row groups.
+        assert files == sorted(files) and files[-1] < plan.num_files
+        for file_number in set(files):
+            held = {g for g, f in zip(groups, files) if f == file_number}
+            first = file_number * (plan.num_row_groups // plan.num_files)
+            assert held <= set(range(first, first + plan.num_row_groups // plan.num_files)), (name, file_number)
