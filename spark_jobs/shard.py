@@ -92,8 +92,11 @@ def count_positions(indexed: DataFrame) -> tuple[dict[str, int], dict[tuple[int,
 
 def with_layout(indexed: DataFrame, bases: dict[tuple[int, str], int], plans: dict[str, SplitPlan]) -> DataFrame:
     """Add position, row group and file columns from the collected run bases and split plans."""
-    base = F.create_map(*[x for (p, s), b in sorted(bases.items()) for x in (F.lit(f"{p}/{s}"), F.lit(b))])
-    position = base[F.concat_ws("/", F.col(PARTITION).cast("string"), F.col(SPLIT))] + F.col(LOCAL_INDEX)
+    entries = [x for (p, s), b in sorted(bases.items()) for x in (F.lit(f"{p}/{s}"), F.lit(b))]
+    # No rows at all (every record rejected): an empty map has no key type Spark can look up.
+    run = F.concat_ws("/", F.col(PARTITION).cast("string"), F.col(SPLIT))
+    base = F.create_map(*entries)[run] if entries else F.lit(None).cast("long")
+    position = base + F.col(LOCAL_INDEX)
     df = indexed.withColumn(POSITION, position)
     group = F.lit(None).cast("long")
     file = F.lit(None).cast("long")

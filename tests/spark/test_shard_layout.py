@@ -34,3 +34,12 @@ def test_rows_get_consecutive_positions_and_row_groups_within_one_row_of_each_ot
             held = {g for g, f in zip(groups, files) if f == file_number}
             first = file_number * (plan.num_row_groups // plan.num_files)
             assert held <= set(range(first, first + plan.num_row_groups // plan.num_files)), (name, file_number)
+
+
+def test_a_corpus_with_no_rows_left_lays_out_nothing(spark):
+    # Every record rejected: no (partition, split) run at all (this once failed to analyse).
+    empty = shard.with_local_index(spark.createDataFrame([], "id string, split string"))
+    totals, bases = shard.count_positions(empty)
+    assert (totals, bases) == ({}, {})
+    plans = {name: SplitPlan(name, 0, 0, 0) for name in ("train", "val", "test")}
+    assert shard.with_layout(empty, bases, plans).collect() == []
