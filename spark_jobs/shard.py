@@ -122,7 +122,10 @@ def write_shards(laid_out: DataFrame, plans: dict[str, SplitPlan], columns: list
                            T.StructField(GROUP, T.LongType()), T.StructField("rows", T.LongType())])
 
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        table = pa.Table.from_batches(list(batches))
+        batches = list(batches)
+        if not batches:  # two files can hash to one partition, leaving another with no rows at all
+            return
+        table = pa.Table.from_batches(batches)
         if not table.num_rows:
             return
         keys = list(zip(table.column(SPLIT).to_pylist(), table.column(FILE).to_pylist()))

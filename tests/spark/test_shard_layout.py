@@ -43,3 +43,20 @@ def test_a_corpus_with_no_rows_left_lays_out_nothing(spark):
     assert (totals, bases) == ({}, {})
     plans = {name: SplitPlan(name, 0, 0, 0) for name in ("train", "val", "test")}
     assert shard.with_layout(empty, bases, plans).collect() == []
+
+
+def test_write_shards_copes_with_a_partition_that_gets_no_file(spark, tmp_path):
+    # Two files, (train, 0) and (val, 0), hash to the same one of the two partitions write_shards
+    # repartitions into, so the other task gets no rows at all (this once failed in pyarrow).
+    import pyarrow.parquet as pq
+
+    rows = [("t0", "train"), ("t1", "train"), ("v0", "val")]
+    df = spark.createDataFrame(rows, "id string, split string").repartition(1).sortWithinPartitions("split", "id")
+    indexed = shard.with_local_index(df)
+    totals, bases = shard.count_positions(indexed)
+    plans = {"train": SplitPlan("train", 2, 2, 1), "val": SplitPlan("val", 1, 2, 1), "test": SplitPlan("test", 0, 0, 0)}
+    for name in ("train", "val"):
+        (tmp_path / name).mkdir()
+    written = shard.write_shards(shard.with_layout(indexed, bases, plans), plans, ["id"], str(tmp_path), "zstd")
+    assert sorted(written) == [("train", 0, 0, 1), ("train", 0, 1, 1), ("val", 0, 0, 1), ("val", 0, 1, 0)]
+    assert pq.read_table(tmp_path / "train").column("id").to_pylist() == ["t0", "t1"]
