@@ -252,3 +252,16 @@ def test_a_row_lost_after_dedup_fails_the_job_and_publishes_nothing(spark, tmp_p
                                               r"duplicates_removed 1 \(\+1 records unaccounted for\)"):
         build_dataset(spark, config)
     assert not config.dataset_dir.exists()
+
+
+def test_the_tokenizer_sample_does_not_depend_on_partitioning_or_order(spark):
+    from spark_jobs.preprocess import training_sample
+
+    texts = [f"text number {i}" for i in range(2000)]
+    one = spark.createDataFrame([(t,) for t in texts], "text string").repartition(1)
+    five = spark.createDataFrame([(t,) for t in reversed(texts)], "text string").repartition(5)
+    sample = training_sample(one, sample_size=300, num_texts=2000, seed=3)
+    assert training_sample(five, sample_size=300, num_texts=2000, seed=3) == sample
+    assert 200 < len(sample) < 400 and set(sample) <= set(texts)  # about sample_size, Bernoulli-drawn
+    assert training_sample(one, sample_size=300, num_texts=2000, seed=4) != sample
+    assert training_sample(five, sample_size=5000, num_texts=2000, seed=3) == sorted(texts)
