@@ -32,8 +32,8 @@ def _every_class() -> Corpus:
     """One corpus holding every class of bad input the line and file generators know."""
     good = [b'{"text": "the event loop", "label": "a", "id": "d1"}', b'{"text": "a future task", "label": "b", "id": "d2"}']
     lines = [Line("good", good[0]), Line("good", good[1]),
-             Line("duplicate", good[0], planted_duplicate=True),
-             Line("duplicate", b'{"text": "  the \\t event\\u3000loop ", "label": "a", "id": "d1"}', planted_duplicate=True),
+             Line("duplicate", good[0], copy_of=0),
+             Line("duplicate", b'{"text": "  the \\t event\\u3000loop ", "label": "a", "id": "d1"}', copy_of=0),
              Line("random_bytes", b"\x00\x9f~\x8c\r"), Line("invalid_utf8", b'{"text": "caf\xe9", "label": "a", "id": "d3"}'),
              Line("bom", b'\xef\xbb\xbf{"text": "bom", "label": "a", "id": "d4"}'),
              Line("nul", b'{"text": "nul \\u0000 escaped", "label": "a", "id": "d5"}'),
@@ -100,7 +100,7 @@ def _documents_in_shards(dataset_dir, task: str) -> int:
 
 
 @settings(
-    max_examples=int(_BUDGET or 2), deadline=None, database=None, derandomize=_BUDGET is None,
+    max_examples=int(_BUDGET or 2), deadline=None, database=None, derandomize=_BUDGET is None, print_blob=True,
     phases=[Phase.explicit, Phase.generate],  # no shrinking: every step would be two more Spark builds
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
 )
