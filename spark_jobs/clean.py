@@ -2,7 +2,7 @@
 
 Pure DataFrame -> DataFrame functions over read.RECORD_SCHEMA-shaped frames. A record that fails a
 check is not dropped: it gets a `reject_reason` (the first one that applies) and ends in rejects/.
-Only `drop_duplicates` removes rows, and the caller counts what it removed.
+Only `drop_duplicates` removes rows; `count_duplicates` counts what it removes, for the manifest.
 """
 from __future__ import annotations
 
@@ -95,6 +95,12 @@ def with_ids(df: DataFrame, id_from_input: bool) -> DataFrame:
     df = df.withColumn(CONTENT_HASH, F.sha2(F.col(TEXT), 256))
     doc_id = F.trim(F.col(ID_RAW)) if id_from_input else F.col(CONTENT_HASH).substr(1, 32)
     return df.withColumn(contract.ID_COLUMN, doc_id)
+
+
+def count_duplicates(df: DataFrame) -> int:
+    """Rows drop_duplicates removes from df: every copy of a content hash beyond the first."""
+    copies = df.groupBy(CONTENT_HASH).count()
+    return int(copies.agg(F.sum(F.col("count") - 1)).first()[0] or 0)
 
 
 def drop_duplicates(df: DataFrame) -> DataFrame:

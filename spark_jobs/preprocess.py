@@ -8,8 +8,6 @@ tokenizer the rows were encoded with in run_dir/tokenizer/.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
 import sys
 import time
@@ -66,40 +64,31 @@ def dataset_fingerprint(config: ShardlineConfig, files: list) -> str:
     return contract.dataset_fingerprint(config.to_dict(), inputs.input_file_list(files))
 
 
-TOKENIZER_FINGERPRINT_FILE = "shardline_training_sample.sha256"  # beside a trained tokenizer
-
-
 def prepare_tokenizer(config: ShardlineConfig, texts: DataFrame, num_texts: int):
     """Train (on a Spark-drawn sample) or load the tokenizer, and save the run's copy of it."""
     if config.tokenizer.train is not None:
-        fraction = min(1.0, config.tokenizer.train.sample_size / max(num_texts, 1))
-        sample = texts.sample(fraction=fraction, seed=config.preprocess.seed) if fraction < 1 else texts
-        # One job (toLocalIterator would run one per partition); sample_size bounds what it brings back.
-        rows = [row[0] for row in sample.select(read.TEXT).collect()]
-        # tokenizers' trainers break ties in hash-map order (huggingface/tokenizers#1794): the same
-        # sample gives a different vocabulary each time. Reuse the run's tokenizer when it was
-        # trained on exactly this sample and settings, so a rebuild (--force) gives identical shards.
-        fingerprint = _training_fingerprint(config, rows)
-        marker = storage.join(config.tokenizer_dir, TOKENIZER_FINGERPRINT_FILE)
-        if storage.info(marker) is not None and storage.read_text(marker) == fingerprint:
-            print(f"preprocess: reusing {config.tokenizer_dir}, trained on this same sample")
-            return load_tokenizer(config.tokenizer_dir)
-        tokenizer = train_tokenizer(rows, config.tokenizer.train)
+        sample = training_sample(texts, config.tokenizer.train.sample_size, num_texts, config.preprocess.seed)
+        tokenizer = train_tokenizer(sample, config.tokenizer.train)
     else:
-        tokenizer, fingerprint = load_tokenizer(config.tokenizer.path), None
+        tokenizer = load_tokenizer(config.tokenizer.path)
     with storage.staged_local_dir(config.tokenizer_dir) as staging:
         tokenizer.save_pretrained(staging)
-        if fingerprint is not None:
-            with open(f"{staging}/{TOKENIZER_FINGERPRINT_FILE}", "w") as handle:
-                handle.write(fingerprint)
     return tokenizer
 
 
-def _training_fingerprint(config: ShardlineConfig, texts: list[str]) -> str:
-    digest = hashlib.sha256(json.dumps(config.to_dict()["tokenizer"], sort_keys=True).encode())
-    for text in texts:
-        digest.update(hashlib.sha256(text.encode()).digest())
-    return digest.hexdigest()
+_SAMPLE_BUCKETS = 1_000_000
+
+
+def training_sample(texts: DataFrame, sample_size: int, num_texts: int, seed: int) -> list[str]:
+    """About sample_size texts, kept by a seeded hash of each text and returned sorted, so the same
+    corpus gives the same sample however it is partitioned (local[1], local[2], a cluster, the
+    read tasks' byte ranges) or ordered. Spark's sample() draws per partition, in partition order."""
+    fraction = min(1.0, sample_size / max(num_texts, 1))
+    if fraction < 1:
+        bucket = F.pmod(F.xxhash64(F.col(read.TEXT), F.lit(seed)), F.lit(_SAMPLE_BUCKETS))
+        texts = texts.filter(bucket < int(fraction * _SAMPLE_BUCKETS))
+    # One job (toLocalIterator would run one per partition); sample_size bounds what it brings back.
+    return sorted(row[0] for row in texts.select(read.TEXT).collect())
 
 
 def read_clean(spark: SparkSession, config: ShardlineConfig, files: list) -> DataFrame:
@@ -123,20 +112,23 @@ def clean_records(records: DataFrame, config: ShardlineConfig) -> DataFrame:
 
 
 def documents_by_content(good: DataFrame, config: ShardlineConfig, label_map: dict[str, int],
-                         num_partitions: int) -> DataFrame:
-    """Documents (id, split, text, label, ...) hashed by content hash into num_partitions and
-    sorted by (split, id) within them: de-duplication (a group-by on the same key) needs no second
-    shuffle, and which partition a document lands in depends on its text alone, never on the
-    cluster, so the same corpus gives the same shards everywhere."""
+                         num_partitions: int) -> tuple[DataFrame, int]:
+    """(documents (id, split, text, label, ...) hashed by content hash into num_partitions and
+    sorted by (split, id) within them, the duplicates de-duplication removed). De-duplication (a
+    group-by on the same key) needs no second shuffle, and which partition a document lands in
+    depends on its text alone, never on the cluster, so the same corpus gives the same shards
+    everywhere."""
     pre = config.preprocess
     docs = good.transform(lambda d: clean.with_ids(d, config.data.id_column is not None))
     docs = docs.repartition(num_partitions, clean.CONTENT_HASH)
+    duplicates = 0
     if pre.dedup:
+        duplicates = clean.count_duplicates(docs)  # counted by the step that drops them
         docs = docs.transform(clean.drop_duplicates)
     docs = docs.transform(lambda d: split.with_split(d, pre.split, pre.seed))
     if label_map:
         docs = docs.transform(lambda d: split.with_label_ids(d, label_map))
-    return docs.sortWithinPartitions(split.SPLIT, contract.ID_COLUMN)
+    return docs.sortWithinPartitions(split.SPLIT, contract.ID_COLUMN), duplicates
 
 
 def writes_unpadded_tokens(config: ShardlineConfig) -> bool:
@@ -200,9 +192,11 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
     records = read_clean(spark, config, files).persist(StorageLevel.MEMORY_AND_DISK)  # read once, used four times
     good, rejected = read.split_rejects(records)
     rejects_files = shard.write_rejects(rejected, dataset_dir, "zstd", build_id)
-    by_reason = {r[0]: r[1] for r in records.groupBy(read.REJECT_REASON).count().collect()}
-    num_good = by_reason.pop(None, 0)
-    rejects_by_reason = by_reason
+    # Each term of the manifest's identity is counted where it happens, so a lost row shows:
+    # rejects by what the rejects writers wrote, documents by what the shard writers wrote.
+    input_records = records.count()
+    rejects_by_reason = shard.rejects_by_reason(rejects_files)
+    num_good = good.count()
     lap("read_clean")
 
     tokenizer = prepare_tokenizer(config, good.select(read.TEXT), num_good)
@@ -212,7 +206,7 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
     lap("tokenizer")
 
     num_partitions = read.num_partitions_for(files, pre.num_partitions)
-    ordered = documents_by_content(good, config, label_map, num_partitions)
+    ordered, duplicates_removed = documents_by_content(good, config, label_map, num_partitions)
     columns = contract_columns(pre.task)
     if writes_unpadded_tokens(config):
         # Token ids cross the JVM as one binary value per document; the writer tasks pad them.
@@ -255,6 +249,8 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
     }
     documents = sum(s.documents for s in split_stats.values())
     rejected_total = sum(rejects_by_reason.values())
+    check_accounting(input_records, documents, rejected_total, duplicates_removed,
+                     {name: s.rows for name, s in split_stats.items()}, rows_per_split, dataset_dir)
     manifest = contract.Manifest(
         schema_version=contract.SCHEMA_VERSION,
         task=pre.task,
@@ -264,10 +260,10 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
         eos_id=causal_lm_eos_id(tokenizer) if pre.task == "causal_lm" else None,
         tokenizer_sha256=contract.file_sha256(storage.join(config.tokenizer_dir, "tokenizer.json")),
         label_map=label_map,
-        input_records=num_good + rejected_total,
+        input_records=input_records,
         rejected_records=rejected_total,
         rejected_by_reason=dict(sorted(rejects_by_reason.items())),
-        duplicates_removed=num_good - documents,
+        duplicates_removed=duplicates_removed,
         token_count=sum(s.tokens for s in split_stats.values()),
         splits=split_stats,
         input_files=inputs.input_file_list(files),
@@ -282,6 +278,29 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
         print(f"preprocess: removed {len(removed)} file(s) of failed or speculative task attempts", flush=True)
     publish(dataset_dir, manifest)
     return manifest
+
+
+class AccountingError(RuntimeError):
+    """The job's own counts disagree: records were lost or counted twice on the way to the shards."""
+
+
+def check_accounting(input_records: int, documents: int, rejected: int, duplicates: int,
+                     rows_written: dict[str, int], rows_encoded: dict[str, int], dataset_dir: str) -> None:
+    """Fail the job, before anything is published, unless every input record is a document, a
+    reject or a removed duplicate, and the Parquet footers hold every encoded row."""
+    problems = []
+    unaccounted = input_records - (documents + rejected + duplicates)
+    if unaccounted:
+        problems.append(f"input_records {input_records} != documents {documents} + rejected {rejected} + "
+                        f"duplicates_removed {duplicates} ({unaccounted:+d} records unaccounted for)")
+    for name, rows in rows_written.items():
+        if rows != rows_encoded.get(name, 0):
+            problems.append(f"split {name}: {rows} rows in the Parquet files, {rows_encoded.get(name, 0)} encoded")
+    if problems:
+        raise AccountingError(
+            "the dataset's counts do not add up, so it was not published: " + "; ".join(problems)
+            + f". This is a bug in the job; the unpublished output is in {dataset_dir} for the report."
+        )
 
 
 def contract_columns(task: str) -> list[str]:

@@ -411,7 +411,7 @@ class _JsonRecord:
             record = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
             return _reject("invalid_utf8", path, offset, raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's json can parse
             return _reject("malformed_record", path, offset, raw)
         if not isinstance(record, dict):
             return _reject("malformed_record", path, offset, raw)
@@ -423,11 +423,23 @@ class _JsonRecord:
         for value in (label, doc_id):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int))):
                 return _reject("wrong_type", path, offset, raw)
+        if any(isinstance(value, str) and not _is_unicode(value) for value in (text, label, doc_id)):
+            return _reject("invalid_utf8", path, offset, raw)  # a lone surrogate escape such as \ud800
         reason = "null_text" if text is None else None
         return (
             text, None if label is None else str(label), None if doc_id is None else str(doc_id),
             path, offset, reason, raw.decode("utf-8")[:_RECORD_EXCERPT] if reason else None,
         )
+
+
+def _is_unicode(text: str) -> bool:
+    """False for a string holding a lone surrogate (valid JSON escape, not a character): Arrow
+    cannot store it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _batches(rows: Iterator[tuple], clean_text: TextCleaner | None = None) -> Iterator[pa.RecordBatch]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ from pyspark.sql import types as T
 from pipeline import contract, storage
 from pipeline.config import ShardConfig
 from spark_jobs.encode import SPLIT
+from spark_jobs.read import REJECT_REASON
 
 PARTITION = "_partition"
 LOCAL_INDEX = "_local_index"
@@ -100,8 +102,11 @@ def count_positions(indexed: DataFrame) -> tuple[dict[str, int], dict[tuple[int,
 
 def with_layout(indexed: DataFrame, bases: dict[tuple[int, str], int], plans: dict[str, SplitPlan]) -> DataFrame:
     """Add position, row group and file columns from the collected run bases and split plans."""
-    base = F.create_map(*[x for (p, s), b in sorted(bases.items()) for x in (F.lit(f"{p}/{s}"), F.lit(b))])
-    position = base[F.concat_ws("/", F.col(PARTITION).cast("string"), F.col(SPLIT))] + F.col(LOCAL_INDEX)
+    entries = [x for (p, s), b in sorted(bases.items()) for x in (F.lit(f"{p}/{s}"), F.lit(b))]
+    # No rows at all (every record rejected): an empty map has no key type Spark can look up.
+    run = F.concat_ws("/", F.col(PARTITION).cast("string"), F.col(SPLIT))
+    base = F.create_map(*entries)[run] if entries else F.lit(None).cast("long")
+    position = base + F.col(LOCAL_INDEX)
     df = indexed.withColumn(POSITION, position)
     group = F.lit(None).cast("long")
     file = F.lit(None).cast("long")
@@ -354,9 +359,19 @@ def write_rejects(rejected: DataFrame, root: str, compression: str, build_id: st
         table = pa.Table.from_batches(batches).cast(schema)
         name = attempt_name(f"{contract.REJECTS_DIR}/part-{TaskContext.get().partitionId():05d}", build_id)
         size, digest = write_parquet(f"{root}/{name}", schema, [table], compression)
-        yield _report_batch([(contract.REJECTS_DIR, TaskContext.get().partitionId(), name, size, digest, [table.num_rows])])
+        reasons = Counter(table.column(REJECT_REASON).to_pylist())  # what this file holds, counted as written
+        yield _report_batch([(contract.REJECTS_DIR, TaskContext.get().partitionId(), name, size, digest,
+                              [table.num_rows], json.dumps({"by_reason": dict(sorted(reasons.items()))}))])
 
     return sorted(_written(r) for r in rejected.mapInArrow(write_partition, WRITTEN_SCHEMA).collect())
+
+
+def rejects_by_reason(rejects_files: list[WrittenFile]) -> dict[str, int]:
+    """Rejects per reason, summed from what the rejects writers reported writing."""
+    total: Counter = Counter()
+    for written in rejects_files:
+        total.update(json.loads(written.stats)["by_reason"])
+    return dict(total)
 
 
 def arrow_schema(schema: T.StructType) -> pa.Schema:

@@ -1,18 +1,20 @@
 """Shared fixtures: one local[2] SparkSession for the whole run, small real corpora, a tokenizer."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-_TIERS = ("unit", "spark", "e2e")
+_TIERS = ("unit", "spark", "e2e", "fuzz")
 
 
 def pytest_collection_modifyitems(items):
-    # The tier is the directory a test lives in: tests/unit, tests/spark, tests/e2e.
+    # The tier is the directory a test lives in: tests/unit, tests/spark, tests/e2e, tests/fuzz.
     for item in items:
         tier = Path(str(item.fspath)).parent.name
         if tier in _TIERS:
@@ -103,3 +105,59 @@ def small_tokenizer(docstring_records):
     from pipeline.tokenizer import train_tokenizer
 
     return train_tokenizer((r["text"] for r in docstring_records[:400]), TokenizerTrainConfig(vocab_size=800))
+
+
+@pytest.fixture(scope="session")
+def submit_preprocess():
+    """Runs spark_jobs/preprocess.py with spark-submit in its own JVM (e.g. on another master),
+    with the environment a user has after `source .venv/bin/activate`."""
+    def submit(config_path: Path, master: str) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+        env.update(PYTHONPATH=str(REPO_ROOT), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}")
+        result = subprocess.run(
+            [str(Path(sys.executable).parent / "spark-submit"), "--master", master, "--conf", "spark.ui.enabled=false",
+             str(REPO_ROOT / "spark_jobs" / "preprocess.py"), "--config", str(config_path)],
+            cwd=Path(config_path).parent, env=env, capture_output=True, text=True, timeout=600,
+        )
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+        return result
+
+    return submit
+
+
+def dataset_contents(dataset_dir) -> dict:
+    """What two builds of one config must agree on, leaving out what belongs to the build (its
+    timings, its run_dir, the build id in its file names): the bytes of every shard file in manifest
+    order and of every tokenizer file, the rejects' rows (sorted: rejects files follow partitions) and
+    the manifest."""
+    import pyarrow.parquet as pq
+
+    from pipeline import contract, storage
+
+    dataset_dir = str(dataset_dir)
+    manifest = json.loads(storage.read_text(storage.join(dataset_dir, contract.MANIFEST_FILE)))
+    manifest.pop("stage_seconds")
+    manifest["config"].pop("run_dir")
+    for stats in manifest["splits"].values():
+        for entry in stats["files"]:
+            entry.pop("path")
+    rejects_files = manifest.pop("rejects_files")
+    rejects = []
+    for entry in rejects_files:
+        filesystem, path = storage.filesystem(storage.join(dataset_dir, entry["path"]))
+        rejects += pq.read_table(path, filesystem=filesystem).to_pylist()
+    parsed = contract.Manifest.model_validate_json(storage.read_text(storage.join(dataset_dir, contract.MANIFEST_FILE)))
+    tokenizer_dir = storage.join(dataset_dir, "tokenizer")
+    return {
+        "manifest": manifest,
+        "shards": {f"{split}/{number}": storage.read_bytes(uri) for split in contract.SPLITS
+                   for number, uri in enumerate(parsed.split_files(dataset_dir, split))},
+        "rejects": sorted(rejects, key=repr),
+        "tokenizer": {storage.relative(e.uri, tokenizer_dir): storage.read_bytes(e.uri)
+                      for e in storage.list_files(tokenizer_dir)},
+    }
+
+
+@pytest.fixture(scope="session")
+def contents_of():
+    return dataset_contents

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline import contract
 from pipeline.demo import stdlib_docstrings, write_jsonl
 from pseudo_terminal import run_in_terminal, screen_lines
 
@@ -35,11 +36,27 @@ def _cleaned(text):
     return " ".join(unicodedata.normalize("NFKC", text).split())
 
 
+# Appended to the demo corpus so that every term of the manifest's accounting is known in advance.
+BAD_LINES = {
+    "malformed_record": '{"text": "never closed',
+    "empty_text": json.dumps({"text": " \t ", "label": "email"}),
+    "wrong_type": json.dumps({"text": 7, "label": "email"}),
+    "missing_label": json.dumps({"text": "a docstring nobody labelled"}),
+}
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
-    """The demo recipe run as a person at a terminal runs it (stdout and stderr a pseudo-terminal)."""
+    """The demo recipe run as a person at a terminal runs it (stdout and stderr a pseudo-terminal),
+    on the demo corpus made distinct after cleaning, plus two duplicates and one line of each BAD_LINES."""
     root = tmp_path_factory.mktemp("e2e")
-    corpus = write_jsonl(stdlib_docstrings(), root / "corpus" / "docstrings.jsonl")
+    records = list({_cleaned(r["text"]): r for r in stdlib_docstrings() if _cleaned(r["text"])}.values())
+    corpus = write_jsonl(records, root / "corpus" / "docstrings.jsonl")
+    with open(corpus, "a") as handle:
+        handle.write(json.dumps(records[0]) + "\n")  # exact duplicate
+        handle.write(json.dumps({**records[1], "text": records[1]["text"] + "\n\n  "}) + "\n")  # same once cleaned
+        handle.writelines(line + "\n" for line in BAD_LINES.values())
+    demo_run.records = records
     run_dir = root / "run"
     code, output = run_in_terminal([*SHARDLINE, "run", "--config", "configs/demo.yaml", "--set", f"run_dir={run_dir}",
                                     "--set", f"data.input={corpus}", "--set", "train.epochs=6"], _env(), REPO_ROOT)
@@ -67,10 +84,13 @@ def test_a_terminal_shows_spark_task_progress_and_tqdm_bars(demo_run):
 def test_run_builds_dataset_trains_and_beats_chance(demo_run):
     run_dir, corpus, _ = demo_run
     manifest = json.loads((run_dir / "dataset" / "manifest.json").read_text())
-    records = sum(1 for _ in open(corpus))
-    assert manifest["input_records"] == records
-    assert (sum(s["rows"] for s in manifest["splits"].values()) + manifest["rejected_records"]
-            + manifest["duplicates_removed"] == records)
+    documents = demo_run_records()
+    # Every term of the identity against what the corpus was built from, not against each other.
+    assert manifest["input_records"] == len(documents) + 2 + len(BAD_LINES) == sum(1 for _ in open(corpus))
+    assert manifest["rejected_by_reason"] == {reason: 1 for reason in BAD_LINES}
+    assert manifest["duplicates_removed"] == 2
+    assert sum(s["documents"] for s in manifest["splits"].values()) == len(documents)
+    assert sum(s["rows"] for s in manifest["splits"].values()) == len(documents)  # a row per document
     assert (run_dir / "dataset" / "_SUCCESS").exists()
     evaluation = json.loads((run_dir / "eval.json").read_text())
     assert evaluation["split"] == "test" and evaluation["examples"] == manifest["splits"]["test"]["rows"]
@@ -87,15 +107,17 @@ def test_run_builds_dataset_trains_and_beats_chance(demo_run):
     assert tokenizer_config["model_max_length"] == manifest["max_length"] == 128
 
 
+def demo_run_records():
+    return demo_run.records
+
+
 def _test_split(run_dir, corpus):
     """(text, label) of every test row, found by the ids the job gave the cleaned texts."""
-    by_id = {}
-    for line in open(corpus):
-        record = json.loads(line)
-        by_id[hashlib.sha256(_cleaned(record["text"]).encode()).hexdigest()[:32]] = record
+    by_id = {hashlib.sha256(_cleaned(r["text"]).encode()).hexdigest()[:32]: r for r in demo_run_records()}
     label_map = json.loads((run_dir / "dataset" / "manifest.json").read_text())["label_map"]
     names = {index: name for name, index in label_map.items()}
-    rows = [row for path in sorted((run_dir / "dataset" / "test").glob("*.parquet"))
+    manifest = contract.load_manifest(str(run_dir / "dataset"))
+    rows = [row for path in manifest.split_files(str(run_dir / "dataset"), "test")
             for row in pq.read_table(path, columns=["id", "label"]).to_pylist()]
     return [(by_id[row["id"]]["text"], names[row["label"]]) for row in rows]
 
@@ -147,8 +169,8 @@ def test_inspect_summarizes_then_decodes_rows_back_to_text(demo_run):
     assert "tokenizer: wordpiece trained on up to 20000 sampled documents; " in summary
     assert re.search(rf"^train +{manifest['splits']['train']['rows']:,} ", summary, re.M)
     assert len(summary.splitlines()) < 20  # a summary, not the manifest
-    by_id = {hashlib.sha256(_cleaned(json.loads(line)["text"]).encode()).hexdigest()[:32]: _cleaned(json.loads(line)["text"])
-             for line in open(corpus)}
+    by_id = {hashlib.sha256(_cleaned(r["text"]).encode()).hexdigest()[:32]: _cleaned(r["text"])
+             for r in demo_run_records()}
     tokenizer = load_tokenizer(run_dir / "tokenizer")
     assert len(blocks) == 2
     for block in blocks:

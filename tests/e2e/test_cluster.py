@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 import urllib.request
 from pathlib import Path
@@ -36,6 +37,19 @@ def _daemon_env(tmp: Path) -> dict:
     env.update(SPARK_LOCAL_IP=LOOPBACK, SPARK_LOG_DIR=str(tmp / "logs"), SPARK_PID_DIR=str(tmp),
                PYSPARK_PYTHON=sys.executable, PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}")
     return env
+
+
+def _executor_python(tmp: Path) -> Path:
+    """An interpreter for the executors with the pinned third-party packages that cannot import this
+    project. The venv's own python would import it from the checkout whatever --py-files holds: the
+    editable install is a .pth hook in site-packages. This one is the same python run with -S (no
+    site module, so no .pth file is processed) and site-packages added to the end of PYTHONPATH as a
+    plain directory, after what Spark puts there (pyspark's zips and the --py-files zip)."""
+    site_packages = sysconfig.get_paths()["purelib"]
+    wrapper = tmp / "executor-python"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{site_packages}" exec {sys.executable} -S "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 def _wait_for_worker(ui_port: int, deadline_s: float) -> None:
@@ -105,7 +119,7 @@ def _applications(ui_port: int) -> list[dict]:
     return state.get("activeapps", []) + state.get("completedapps", [])
 
 
-def test_cluster_run_on_s3_equals_the_local_run(standalone_master, spark, small_tokenizer, tmp_path):
+def test_cluster_run_on_s3_equals_the_local_run(standalone_master, spark, tmp_path):
     import boto3
 
     master, ui_port, env = standalone_master
@@ -113,12 +127,9 @@ def test_cluster_run_on_s3_equals_the_local_run(standalone_master, spark, small_
     corpus = write_jsonl(records, tmp_path / "corpus.jsonl")
     boto3.client("s3").create_bucket(Bucket="shardline-cluster")
     storage.write_bytes("s3://shardline-cluster/corpus/docstrings.jsonl", corpus.read_bytes())
-    # A given tokenizer, not one trained in each run: tokenizers' trainers are not deterministic
-    # across processes (huggingface/tokenizers#1794), which would change every token id.
-    small_tokenizer.save_pretrained(str(tmp_path / "tokenizer"))
     tree = {
         "data": {"input": str(corpus), "label_column": "label"},
-        "tokenizer": {"path": str(tmp_path / "tokenizer")},
+        "tokenizer": {"train": {"vocab_size": 600}},  # trained by each run, in its own driver process
         "preprocess": {"max_length": 32, "seed": 5, "num_partitions": 2, "shard": {"row_group_rows": 16}},
         "spark": {"conf": {"spark.sql.shuffle.partitions": 4}},
     }
@@ -131,13 +142,22 @@ def test_cluster_run_on_s3_equals_the_local_run(standalone_master, spark, small_
     config_path = tmp_path / "cluster.yaml"
     save_config(cluster, str(config_path))
     package = build_package(tmp_path / "shardline.zip")
+    executor_python = _executor_python(tmp_path)
+    probe = [str(executor_python), "-c", "import pyarrow, tokenizers, pyspark, spark_jobs; print(spark_jobs.__file__)"]
+    bare = subprocess.run(probe, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert bare.returncode != 0 and "No module named 'spark_jobs'" in bare.stderr, bare.stdout + bare.stderr
+    shipped = subprocess.run(probe, cwd=tmp_path, env={**env, "PYTHONPATH": str(package)}, capture_output=True,
+                             text=True, timeout=120)
+    assert shipped.stdout.strip() == str(package / "spark_jobs" / "__init__.py"), shipped.stderr
     spark_submit = Path(sys.executable).parent / "spark-submit"
     result = subprocess.run(
         [str(spark_submit), "--master", master, "--py-files", str(package),
          "--conf", f"spark.driver.host={LOOPBACK}", "--conf", "spark.ui.enabled=false",
-         "--conf", f"spark.executorEnv.PYSPARK_PYTHON={sys.executable}",
          str(REPO_ROOT / "spark_jobs" / "preprocess.py"), "--config", str(config_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400,
+        cwd=tmp_path, capture_output=True, text=True, timeout=400,
+        # The driver runs the venv's python (it reads the config, trains nothing, plans the shards);
+        # every executor runs executor_python, which has only the zip to import the project from.
+        env={**env, "PYSPARK_DRIVER_PYTHON": sys.executable, "PYSPARK_PYTHON": str(executor_python)},
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert "preprocess: wrote" in result.stdout

@@ -1,14 +1,30 @@
+import hashlib
 import json
 import os
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import functions as F
 
 from pipeline import contract, storage
-from pipeline.config import build_config
+from pipeline.config import build_config, save_config
 from pipeline.demo import write_jsonl
-from spark_jobs import read
-from spark_jobs.preprocess import DatasetConflictError, build_dataset, check_existing
+from spark_jobs import read, split
+from spark_jobs.preprocess import AccountingError, DatasetConflictError, build_dataset, check_existing
+
+# What the contract promises a classification shard holds (README, "The dataset contract").
+CLASSIFICATION_TYPES = {"id": "string", "input_ids": "list<int32>", "attention_mask": "list<int8>",
+                        "label": "int32", "num_tokens": "int32"}
+
+
+def column_types(schema: pa.Schema) -> dict[str, str]:
+    return {f.name: f"list<{f.type.value_type}>" if pa.types.is_list(f.type) else str(f.type) for f in schema}
+
+
+def split_files(dataset_dir, name):
+    return contract.load_manifest(str(dataset_dir)).split_files(str(dataset_dir), name)
 
 
 def read_split(config, manifest, split):
@@ -42,10 +58,26 @@ def test_manifest_accounts_for_every_input_record(built):
     assert manifest.rejected_by_reason == {"malformed_record": 1, "empty_text": 1}
     assert sum(s.rows for s in manifest.splits.values()) == len(records)
     assert manifest.label_map == {"asyncio": 0, "email": 1, "logging": 2, "tkinter": 3}
+    assert manifest.duplicates_removed == 0  # the docstrings are distinct
     assert manifest.pad_id == 0 and manifest.max_length == 32
-    assert manifest.tokenizer_sha256 == contract.file_sha256(storage.join(config.tokenizer_dir, "tokenizer.json"))
+    # The sha names the tokenizer shipped with the dataset, which is the run's copy byte for byte.
+    shipped = storage.read_bytes(storage.join(config.dataset_dir, "tokenizer", "tokenizer.json"))
+    assert storage.read_bytes(storage.join(config.tokenizer_dir, "tokenizer.json")) == shipped
+    assert manifest.tokenizer_sha256 == hashlib.sha256(shipped).hexdigest()
     on_disk = contract.load_manifest(config.dataset_dir)
     assert on_disk == manifest
+
+
+def test_shard_columns_have_the_contract_types_and_the_token_count_is_what_they_hold(built):
+    config, manifest, _ = built
+    real_tokens = 0
+    for name in contract.SPLITS:
+        for path in split_files(config.dataset_dir, name):
+            assert column_types(pq.read_schema(path)) == CLASSIFICATION_TYPES, path
+        masks = pa.concat_tables([pq.read_table(p, columns=[contract.ATTENTION_MASK])
+                                  for p in split_files(config.dataset_dir, name)])
+        real_tokens += int(np.sum(masks.column(0).combine_chunks().flatten().to_numpy()))
+    assert real_tokens > 0 and manifest.token_count == real_tokens
 
 
 def test_shards_hold_fixed_length_rows_that_decode_back(built):
@@ -63,7 +95,6 @@ def test_shards_hold_fixed_length_rows_that_decode_back(built):
     decoded = tokenizer.decode(row[contract.INPUT_IDS], skip_special_tokens=True)
     matches = [t for t in by_text if tokenizer.decode(tokenizer(t, truncation=True, max_length=32)["input_ids"], skip_special_tokens=True) == decoded]
     assert matches and by_text[matches[0]] == labels[row[contract.LABEL]]
-    assert sum(manifest.splits[s].tokens for s in contract.SPLITS) == manifest.token_count
 
 
 def test_rerun_skips_and_a_changed_config_is_refused(built):
@@ -172,7 +203,9 @@ def test_row_groups_are_a_multiple_of_divisible_by_and_equal_sized(messy):
         assert stats.num_row_groups % 8 == 0 and stats.num_row_groups >= 8
         assert max(footers) - min(footers) <= 1 and max(footers) <= 16
         assert sum(footers) == stats.rows
-        assert stats.padding_tokens == stats.rows * 32 - stats.tokens
+        masks = pa.concat_tables([pq.read_table(p, columns=[contract.ATTENTION_MASK])
+                                  for p in split_files(config.dataset_dir, name)])
+        assert stats.padding_tokens == int(np.sum(masks.column(0).combine_chunks().flatten().to_numpy() == 0))
         assert sum(stats.length_histogram.values()) == stats.documents
 
 
@@ -196,7 +229,10 @@ def test_petastorm_ranks_get_the_same_number_of_rows(messy):
     assert abs(per_rank[0] - per_rank[1]) <= manifest.splits["train"].num_row_groups // 2
 
 
-def test_forced_rebuild_reuses_the_trained_tokenizer_and_writes_identical_shards(spark, built):
+def test_fresh_run_dirs_on_local_1_and_local_2_build_the_same_dataset(spark, built, submit_preprocess, contents_of,
+                                                                        tmp_path):
+    # A trained (wordpiece) tokenizer, two more fresh run_dirs: one on the shared local[2] session,
+    # one through spark-submit --master local[1] (its own JVM, default spark.* settings).
     config, manifest, _ = built
     before = {s: read_split(config, manifest, s) for s in contract.SPLITS}
     rebuilt = build_dataset(spark, config)  # what --force does: a full rebuild into the same run_dir
@@ -226,7 +262,8 @@ def test_written_rows_are_the_padded_encoding_of_the_documents(spark, built):
     manifest = contract.load_manifest(config.dataset_dir)  # an earlier test may have rebuilt it
     files = read.resolve_input_files(config.data.input)
     good, _ = read.split_rejects(read_clean(spark, config, files))
-    ordered = documents_by_content(good, config, manifest.label_map, config.preprocess.num_partitions)
+    ordered, _ = documents_by_content(good, config, manifest.label_map,
+                                      read.num_partitions_for(files, config.preprocess.num_partitions))
     tokenizer = load_tokenizer(config.tokenizer_dir)
     expected = encode.encode_padded(
         ordered.select(contract.ID_COLUMN, "split", read.TEXT, contract.LABEL), backend_json(tokenizer),
@@ -237,3 +274,55 @@ def test_written_rows_are_the_padded_encoding_of_the_documents(spark, built):
         part = spark.read.parquet(*manifest.split_files(config.dataset_dir, name)).withColumn("split", F.lit(name))
         written = part if written is None else written.unionByName(part)
     assertDataFrameEqual(written.select("split", *contract_columns("classification")), expected)
+
+
+
+def test_fresh_run_dirs_on_local_1_and_local_2_build_the_same_dataset(spark, built, submit_preprocess, contents_of,
+                                                                        tmp_path):
+    # A trained (wordpiece) tokenizer, two more fresh run_dirs: one on the shared local[2] session,
+    # one through spark-submit --master local[1] (its own JVM, default spark.* settings).
+    config, manifest, _ = built
+    again = build_config({**config.to_dict(), "run_dir": str(tmp_path / "again")})
+    build_dataset(spark, again)
+    single = build_config({**config.to_dict(), "run_dir": str(tmp_path / "single")})
+    save_config(single, str(tmp_path / "single.yaml"))
+    submit_preprocess(tmp_path / "single.yaml", "local[1]")
+    first = contents_of(config.dataset_dir)
+    assert first["shards"] and first["tokenizer"]
+    for other in (again, single):
+        assert contents_of(other.dataset_dir) == first, other.run_dir
+        assert storage.read_bytes(storage.join(other.tokenizer_dir, "tokenizer.json")) == first["tokenizer"]["tokenizer.json"]
+
+
+def test_a_row_lost_after_dedup_fails_the_job_and_publishes_nothing(spark, tmp_path, monkeypatch):
+    # Fault injected from the test: the split step loses one document. The job must not count it as
+    # a duplicate (as it once did) but refuse to publish.
+    texts = [f"document number {i} about event loops" for i in range(30)] + ["document number 0 about event loops"]
+    corpus = write_jsonl([{"text": t, "label": "a"} for t in texts], tmp_path / "corpus.jsonl")
+    lost_id = hashlib.sha256(texts[7].encode()).hexdigest()[:32]  # ids are the cleaned text's hash
+    with_split = split.with_split
+    monkeypatch.setattr(split, "with_split", lambda df, *args: with_split(df, *args).filter(F.col("id") != lost_id))
+    config = build_config({
+        "run_dir": str(tmp_path / "run"),
+        "data": {"input": str(corpus), "label_column": "label"},
+        "tokenizer": {"train": {"vocab_size": 100}},
+        "preprocess": {"max_length": 8, "num_partitions": 2, "shard": {"row_group_rows": 8, "divisible_by": 2}},
+    })
+    with pytest.raises(AccountingError, match=r"input_records 31 != documents 29 \+ rejected 0 \+ "
+                                              r"duplicates_removed 1 \(\+1 records unaccounted for\)"):
+        build_dataset(spark, config)
+    assert storage.info(storage.join(config.dataset_dir, contract.SUCCESS_FILE)) is None
+    assert storage.info(storage.join(config.dataset_dir, contract.MANIFEST_FILE)) is None
+
+
+def test_the_tokenizer_sample_does_not_depend_on_partitioning_or_order(spark):
+    from spark_jobs.preprocess import training_sample
+
+    texts = [f"text number {i}" for i in range(2000)]
+    one = spark.createDataFrame([(t,) for t in texts], "text string").repartition(1)
+    five = spark.createDataFrame([(t,) for t in reversed(texts)], "text string").repartition(5)
+    sample = training_sample(one, sample_size=300, num_texts=2000, seed=3)
+    assert training_sample(five, sample_size=300, num_texts=2000, seed=3) == sample
+    assert 200 < len(sample) < 400 and set(sample) <= set(texts)  # about sample_size, Bernoulli-drawn
+    assert training_sample(one, sample_size=300, num_texts=2000, seed=4) != sample
+    assert training_sample(five, sample_size=5000, num_texts=2000, seed=3) == sorted(texts)

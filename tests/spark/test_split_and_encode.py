@@ -37,7 +37,9 @@ def test_encode_padded_matches_the_tokenizer_row_for_row(spark, small_tokenizer)
     for i in range(len(texts)):
         ids, mask = expected["input_ids"][i], expected["attention_mask"][i]
         rows.append((f"d{i}", i, ids, [int(m) for m in mask], int(np.sum(mask))))
-    assertDataFrameEqual(encoded, spark.createDataFrame(rows, encoded.schema))
+    # The contract's types, spelled out: int32 ids, int8 mask, int32 count; the input's columns kept as they were.
+    expected_schema = "id string, label bigint, input_ids array<int>, attention_mask array<tinyint>, num_tokens int"
+    assertDataFrameEqual(encoded, spark.createDataFrame(rows, expected_schema))
 
 
 def test_stride_cuts_long_documents_into_overlapping_windows(spark, small_tokenizer):
@@ -52,7 +54,6 @@ def test_stride_cuts_long_documents_into_overlapping_windows(spark, small_tokeni
         k = seen[doc] = seen.get(doc, -1) + 1
         rows.append((f"d{doc}" + (f"#{k}" if k else ""), doc, ids, mask, sum(mask), int(k == 0), 0))
     assert len(rows) > 3  # the long document really was cut
-    assertDataFrameEqual(
-        encoded.drop(encode.DOC_LENGTHS, encode.DROPPED),
-        spark.createDataFrame(rows, encoded.drop(encode.DOC_LENGTHS, encode.DROPPED).schema),
-    )
+    expected_schema = ("id string, label bigint, input_ids array<int>, attention_mask array<tinyint>, num_tokens int, "
+                       "_documents int, _truncated tinyint")
+    assertDataFrameEqual(encoded.drop(encode.DOC_LENGTHS, encode.DROPPED), spark.createDataFrame(rows, expected_schema))

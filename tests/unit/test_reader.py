@@ -3,6 +3,7 @@ for both row-group backends (Petastorm, pyarrow.fs) on local disk and on a real 
 import importlib.util
 import math
 import re
+import time
 
 import pytest
 
@@ -118,14 +119,32 @@ def test_empty_row_groups_are_planned_but_not_read(tmp_path, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_background_batches_match_and_count_waiting(uneven, backend):
+def test_background_batches_match_and_count_only_the_time_the_consumer_waited(uneven, backend):
     spec = _spec(uneven, backend)
-    stream = BackgroundBatches(spec, epoch=0, start_batch=2)
+    expected = _ids(spec)[2:]
+    eager = BackgroundBatches(spec, epoch=0, start_batch=2)
     try:
-        assert [b[contract.ID_COLUMN] for b in stream] == _ids(spec)[2:]
-        assert stream.wait_seconds >= 0
+        started = time.perf_counter()
+        got = [b[contract.ID_COLUMN] for b in eager]
+        elapsed = time.perf_counter() - started
     finally:
-        stream.close()
+        eager.close()
+    assert got == expected
+    # Taking every batch at once, the consumer does little but wait for the reader (its start-up included).
+    assert 0.2 * elapsed <= eager.wait_seconds <= elapsed, (eager.wait_seconds, elapsed)
+
+    slow = BackgroundBatches(spec, epoch=0, start_batch=2)
+    slept = 0.0
+    try:
+        started = time.perf_counter()
+        for _ in slow:
+            before = time.perf_counter()
+            time.sleep(0.05)  # a consumer busy with each batch: that time is not waiting
+            slept += time.perf_counter() - before
+        elapsed = time.perf_counter() - started
+    finally:
+        slow.close()
+    assert 0 < slow.wait_seconds <= elapsed - slept, (slow.wait_seconds, elapsed, slept)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

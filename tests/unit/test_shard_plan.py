@@ -1,7 +1,6 @@
 """Row-group and file planning, and line chunking of input files (no Spark)."""
 import gzip
 
-import numpy as np
 import pytest
 
 from pipeline import storage
@@ -29,13 +28,6 @@ def test_plan_split_makes_group_count_a_multiple(rows, row_group_rows, divisible
     assert plan.num_row_groups % divisible_by == 0
     if plan.num_files:
         assert plan.num_row_groups % plan.num_files == 0
-
-
-def test_group_formula_gives_sizes_within_one_row():
-    # shard.with_layout assigns position p of n rows to group floor(p * G / n)
-    for rows, groups in [(10_000, 16), (17, 8), (1_000_003, 24)]:
-        sizes = np.bincount(np.arange(rows) * groups // rows, minlength=groups)
-        assert sizes.sum() == rows and sizes.max() - sizes.min() <= 1
 
 
 def test_chunks_cover_every_line_exactly_once(tmp_path):

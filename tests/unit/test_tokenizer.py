@@ -1,3 +1,7 @@
+import json
+
+import pytest
+
 from pipeline.config import TokenizerTrainConfig
 from pipeline.tokenizer import load_tokenizer, train_tokenizer
 
@@ -35,3 +39,22 @@ def test_trained_wordpiece_decodes_code_and_prose_readably(small_tokenizer, tmp_
     for text, readable in texts.items():
         ids = small_tokenizer(text)["input_ids"]
         assert reloaded.decode(ids, skip_special_tokens=True) == readable
+
+
+@pytest.mark.parametrize("kind, specials", [
+    ("wordpiece", ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]),
+    ("bpe", ["<pad>", "<unk>", "<s>", "</s>"]),
+])
+def test_training_three_times_gives_identical_tokenizer_files(docstring_records, tmp_path, kind, specials):
+    # tokenizers' own WordPieceTrainer gave three different vocabularies in three runs on these
+    # same texts (huggingface/tokenizers#1794); every file save_pretrained writes must match.
+    texts = [r["text"] for r in docstring_records[:400]]
+    cfg = TokenizerTrainConfig(kind=kind, vocab_size=800, special_tokens=specials)
+    saved = []
+    for run in range(3):
+        train_tokenizer(texts, cfg).save_pretrained(str(tmp_path / str(run)))
+        saved.append({p.name: p.read_bytes() for p in sorted((tmp_path / str(run)).iterdir())})
+    assert "tokenizer.json" in saved[0]
+    assert saved[0] == saved[1] == saved[2]
+    vocab = json.loads(saved[0]["tokenizer.json"])["model"]["vocab"]
+    assert len(vocab) == 800  # the whole budget is used, by merges beyond the alphabet

@@ -1,5 +1,6 @@
 """train() end to end (in process) on packed causal-LM blocks written in the contract's layout."""
 import json
+import math
 
 import pytest
 
@@ -37,8 +38,34 @@ def test_gpt2_learns_packed_documents_and_reports_perplexity(tmp_path):
     config.eval.split = "test"
     result = run_evaluation(config)
     assert result["task"] == "causal_lm" and result["examples"] == manifest.splits["test"].rows
-    assert result["perplexity"] == pytest.approx(2.718281828 ** result["loss"], rel=1e-6)
+    # Independently: the saved GPT-2 run on each test document alone (plain causal attention,
+    # positions from 0), summing the log-loss of every token after the first.
+    nll, predicted = _one_document_at_a_time(tmp_path / "model", tmp_path / "dataset" / "test")
+    assert result["tokens"] == predicted
+    assert result["loss"] == pytest.approx(nll / predicted, rel=1e-4)
+    assert result["perplexity"] == pytest.approx(math.exp(nll / predicted), rel=1e-4)
     assert result["perplexity"] < manifest.vocab_size  # better than guessing uniformly
+
+
+def _one_document_at_a_time(model_dir, split_dir) -> tuple[float, int]:
+    import numpy as np
+    import pyarrow.parquet as pq
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    model = GPT2LMHeadModel.from_pretrained(str(model_dir)).eval()
+    nll, predicted = 0.0, 0
+    for row in pq.read_table(split_dir).to_pylist():
+        ids, segments = np.array(row[contract.INPUT_IDS]), np.array(row[contract.SEGMENT_IDS])
+        for segment in range(1, segments.max() + 1):
+            document = torch.tensor(ids[segments == segment]).unsqueeze(0)
+            if document.shape[1] < 2:
+                continue
+            with torch.no_grad():
+                logits = model(input_ids=document).logits[0, :-1]
+            nll += float(torch.nn.functional.cross_entropy(logits, document[0, 1:], reduction="sum"))
+            predicted += document.shape[1] - 1
+    return nll, predicted
 
 
 def test_an_unfinished_dataset_is_not_read(tmp_path):

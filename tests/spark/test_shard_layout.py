@@ -1,0 +1,62 @@
+"""shard.with_layout on a real DataFrame: positions, row groups and files as the README promises."""
+from collections import Counter
+
+from spark_jobs import shard
+from spark_jobs.shard import SplitPlan
+
+
+def test_rows_get_consecutive_positions_and_row_groups_within_one_row_of_each_other(spark):
+    rows = ([(f"t{i:02d}", "train") for i in range(17)] + [(f"v{i}", "val") for i in range(5)]
+            + [(f"x{i}", "test") for i in range(3)])
+    # As the job hands them over: spread over partitions, sorted by (split, id) within each.
+    df = spark.createDataFrame(rows, "id string, split string").repartition(3, "id").sortWithinPartitions("split", "id")
+    indexed = shard.with_local_index(df)
+    totals, bases = shard.count_positions(indexed)
+    assert totals == {"train": 17, "val": 5, "test": 3}
+    plans = {"train": SplitPlan("train", 17, 8, 2), "val": SplitPlan("val", 5, 4, 1), "test": SplitPlan("test", 3, 8, 4)}
+    laid_out = shard.with_layout(indexed, bases, plans).collect()
+    for name, plan in plans.items():
+        mine = sorted((r[shard.PARTITION], r[shard.LOCAL_INDEX], r[shard.POSITION], r[shard.GROUP], r[shard.FILE])
+                      for r in laid_out if r["split"] == name)
+        # Positions 0..n-1, in (partition, order within the partition) order.
+        assert [m[2] for m in mine] == list(range(plan.rows)), name
+        groups, files = [m[3] for m in mine], [m[4] for m in mine]
+        # Row groups are runs of consecutive positions, never more than the plan's, sized
+        # floor(n / G) or ceil(n / G): even when there are more groups than rows (test: 3 rows, 8 groups).
+        assert groups == sorted(groups) and 0 <= groups[0] and groups[-1] < plan.num_row_groups
+        sizes = Counter(groups)
+        sizes = [sizes.get(g, 0) for g in range(plan.num_row_groups)]
+        assert sum(sizes) == plan.rows
+        assert set(sizes) <= {plan.rows // plan.num_row_groups, -(-plan.rows // plan.num_row_groups)}, (name, sizes)
+        # Each file holds the same number of whole, consecutive row groups.
+        assert files == sorted(files) and files[-1] < plan.num_files
+        for file_number in set(files):
+            held = {g for g, f in zip(groups, files) if f == file_number}
+            first = file_number * (plan.num_row_groups // plan.num_files)
+            assert held <= set(range(first, first + plan.num_row_groups // plan.num_files)), (name, file_number)
+
+
+def test_a_corpus_with_no_rows_left_lays_out_nothing(spark):
+    # Every record rejected: no (partition, split) run at all (this once failed to analyse).
+    empty = shard.with_local_index(spark.createDataFrame([], "id string, split string"))
+    totals, bases = shard.count_positions(empty)
+    assert (totals, bases) == ({}, {})
+    plans = {name: SplitPlan(name, 0, 0, 0) for name in ("train", "val", "test")}
+    assert shard.with_layout(empty, bases, plans).collect() == []
+
+
+def test_write_shards_copes_with_a_partition_that_gets_no_file(spark, tmp_path):
+    # Two files, (train, 0) and (val, 0), hash to the same one of the two partitions write_shards
+    # repartitions into, so the other task gets no rows at all (this once failed in pyarrow).
+    import pyarrow.parquet as pq
+
+    rows = [("t0", "train"), ("t1", "train"), ("v0", "val")]
+    df = spark.createDataFrame(rows, "id string, split string").repartition(1).sortWithinPartitions("split", "id")
+    indexed = shard.with_local_index(df)
+    totals, bases = shard.count_positions(indexed)
+    plans = {"train": SplitPlan("train", 2, 2, 1), "val": SplitPlan("val", 1, 2, 1), "test": SplitPlan("test", 0, 0, 0)}
+    for name in ("train", "val"):
+        (tmp_path / name).mkdir()
+    written = shard.write_shards(shard.with_layout(indexed, bases, plans), plans, ["id"], str(tmp_path), "zstd")
+    assert sorted(written) == [("train", 0, 0, 1), ("train", 0, 1, 1), ("val", 0, 0, 1), ("val", 0, 1, 0)]
+    assert pq.read_table(tmp_path / "train").column("id").to_pylist() == ["t0", "t1"]
