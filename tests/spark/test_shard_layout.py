@@ -48,15 +48,19 @@ def test_a_corpus_with_no_rows_left_lays_out_nothing(spark):
 def test_write_shards_copes_with_a_partition_that_gets_no_file(spark, tmp_path):
     # Two files, (train, 0) and (val, 0), hash to the same one of the two partitions write_shards
     # repartitions into, so the other task gets no rows at all (this once failed in pyarrow).
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [("t0", "train"), ("t1", "train"), ("v0", "val")]
-    df = spark.createDataFrame(rows, "id string, split string").repartition(1).sortWithinPartitions("split", "id")
+    # The contract's num_tokens and the encoder's accounting columns, which the writers sum.
+    rows = [("t0", "train", 3, 1, 0, [3]), ("t1", "train", 4, 1, 0, [4]), ("v0", "val", 5, 1, 1, [9])]
+    df = spark.createDataFrame(rows, "id string, split string, num_tokens int, _documents int, _truncated byte, "
+                                     "_doc_lengths array<int>").repartition(1).sortWithinPartitions("split", "id")
     indexed = shard.with_local_index(df)
     totals, bases = shard.count_positions(indexed)
     plans = {"train": SplitPlan("train", 2, 2, 1), "val": SplitPlan("val", 1, 2, 1), "test": SplitPlan("test", 0, 0, 0)}
-    for name in ("train", "val"):
-        (tmp_path / name).mkdir()
-    written = shard.write_shards(shard.with_layout(indexed, bases, plans), plans, ["id"], str(tmp_path), "zstd")
-    assert sorted(written) == [("train", 0, 0, 1), ("train", 0, 1, 1), ("val", 0, 0, 1), ("val", 0, 1, 0)]
-    assert pq.read_table(tmp_path / "train").column("id").to_pylist() == ["t0", "t1"]
+    schema = pa.schema([("id", pa.string()), ("num_tokens", pa.int32())])
+    written = shard.write_shards(shard.with_layout(indexed, bases, plans), plans, schema, str(tmp_path), "zstd", "b1")
+    assert [(w.split, w.file, w.row_group_rows) for w in written] == [("train", 0, (1, 1)), ("val", 0, (1, 0))]
+    train = [w for w in written if w.split == "train"][0]
+    assert pq.read_table(tmp_path / train.path).column("id").to_pylist() == ["t0", "t1"]
+    assert shard.totals_from_files(written)["train"]["tokens"] == 7
