@@ -144,6 +144,23 @@ def test_sigkill_mid_write_publishes_nothing_and_a_rerun_cleans_up(corpus_and_to
     assert not written & _data_files(config)  # the killed run's files are gone, not reused
 
 
+def test_killed_between_the_last_shard_and_the_commit_nothing_is_published(corpus_and_tokenizer, reference, tmp_path):
+    _, corpus, tokenizer = corpus_and_tokenizer
+    config = _config("s3://shardline-commit/runs/uncommitted", corpus, tokenizer)
+    process = _submit(config, tmp_path, fault="die-before-commit", wait=False)
+    process.communicate(timeout=400)
+    assert process.returncode != 0
+    assert "killed before writing" in (tmp_path / "faults.log").read_text()
+    written = _data_files(config)
+    assert {name.split("/")[0] for name in written} >= {"train", "val", "test"}  # every shard was there
+    assert storage.info(storage.join(config.dataset_dir, contract.MANIFEST_FILE)) is None
+    assert storage.info(storage.join(config.dataset_dir, contract.SUCCESS_FILE)) is None
+    with pytest.raises(contract.DatasetNotReadyError):
+        contract.load_manifest(config.dataset_dir)
+    _submit(config, tmp_path)
+    assert _rows(config) == reference and not written & _data_files(config)
+
+
 KILL_POINTS = int(os.environ.get("SHARDLINE_KILL_POINTS", "1"))  # more with SHARDLINE_KILL_POINTS=N
 
 

@@ -62,6 +62,13 @@ def test_classification_run_on_s3_then_an_unchanged_rerun_skips(bucket_with_corp
     again = _run(args, tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("skipped") == 3, again.stdout
+    inspected = _run([*SHARDLINE, "inspect", run_dir, "--rows", "1"], tmp_path)  # the run_dir: finds dataset/
+    assert inspected.returncode == 0, inspected.stderr
+    assert f"{run_dir}/dataset" in inspected.stdout and "[train row 0]" in inspected.stdout
+    predicted = _run([*SHARDLINE, "predict", "--model", f"{run_dir}/model", "--json",
+                      "Create a new event loop and run the coroutine until it completes."], tmp_path)
+    assert predicted.returncode == 0, predicted.stderr
+    assert json.loads(predicted.stdout.splitlines()[0])["label"] in {"asyncio", "email", "logging", "tkinter"}
 
 
 def test_gpt2_run_on_s3_with_the_pyarrow_reader(bucket_with_corpus, tmp_path):

@@ -4,7 +4,8 @@ wraps pipeline.storage.write_bytes from outside, inside Spark tasks only.
 
 SHARDLINE_FAULT=fail-first-attempt: attempt 0 of the task writing train file 0 raises right after
 its write (so its file is left behind), once; SHARDLINE_FAULT=slow-writes: every data-file write
-inside a task takes 2 s more, so a test can kill the job mid-write. SHARDLINE_FAULT_LOG names a file
+inside a task takes 2 s more, so a test can kill the job mid-write; SHARDLINE_FAULT=die-before-commit:
+the driver SIGKILLs itself when it is about to write the manifest, after every shard is written. SHARDLINE_FAULT_LOG names a file
 that gets a line each time a fault fires.
 """
 import os
@@ -25,6 +26,11 @@ if _MODE:
     def write_bytes(uri, data):
         from pyspark import TaskContext
 
+        if _MODE == "die-before-commit" and uri.endswith("/dataset/manifest.json"):
+            import signal
+
+            _note(f"killed before writing {uri}")
+            os.kill(os.getpid(), signal.SIGKILL)
         _write_bytes(uri, data)
         context = TaskContext.get()
         if context is None or not uri.endswith(".parquet") or "/rejects/" in uri:
