@@ -286,11 +286,11 @@ def pack_chunks(chunks: list[tuple[str, int, int]], sizes: dict[str, int], task_
     """Consecutive chunks grouped into read tasks of at most task_bytes (a chunk bigger than that
     is a task alone): many small files do not each cost a task."""
     tasks: list[list[tuple[str, int, int]]] = []
-    filled = task_bytes
+    filled = 0
     for chunk in chunks:
         path, start, end = chunk
         size = (sizes[path] if end < 0 else end) - start
-        if filled + size > task_bytes:
+        if not tasks or filled + size > task_bytes:  # the first chunk (empty files too) opens a task
             tasks.append([])
             filled = 0
         tasks[-1].append(chunk)

@@ -16,11 +16,12 @@ from __future__ import annotations
 import itertools
 import os
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from hypothesis import HealthCheck, Phase, event, example, given, settings
 
 from fuzz_corpora import REASONS, Corpus, CorpusFile, Line, corpora, long_line_file
-from pipeline import contract
+from pipeline import contract, storage
 from pipeline.config import build_config
 from spark_jobs.preprocess import build_dataset
 
@@ -83,13 +84,19 @@ def _config(corpus: Corpus, corpus_dir, run_dir):
     })
 
 
-def _documents_in_shards(dataset_dir, task: str) -> int:
+def _read_files(uris: list[str], columns: list[str] | None = None) -> pa.Table | None:
+    tables = [pq.read_table(uri, columns=columns) for uri in uris]
+    return pa.concat_tables(tables) if tables else None
+
+
+def _documents_in_shards(dataset_dir: str, task: str) -> int:
+    manifest = contract.load_manifest(dataset_dir)
     documents = 0
     for name in contract.SPLITS:
-        if not any(contract.split_dir(dataset_dir, name).glob("*.parquet")):
+        table = _read_files(manifest.split_files(dataset_dir, name), [contract.ID_COLUMN, contract.SEGMENT_IDS]
+                            if task == "causal_lm" else [contract.ID_COLUMN])
+        if table is None:
             continue  # an empty split has no files
-        table = pq.read_table(contract.split_dir(dataset_dir, name), columns=[contract.ID_COLUMN, contract.SEGMENT_IDS]
-                              if task == "causal_lm" else [contract.ID_COLUMN])
         if task != "causal_lm":
             documents += table.num_rows  # a row per document (no stride)
             continue
@@ -116,7 +123,8 @@ def test_every_generated_record_is_a_document_a_reject_or_a_duplicate(spark, tmp
     where = f"corpus in {root / 'corpus'}"
 
     assert manifest.input_records == corpus.expected_records(), where
-    rejects = pq.read_table(config.dataset_dir / contract.REJECTS_DIR).to_pylist()
+    rejects_table = _read_files([storage.join(config.dataset_dir, f.path) for f in manifest.rejects_files])
+    rejects = rejects_table.to_pylist() if rejects_table is not None else []
     assert len(rejects) == manifest.rejected_records == sum(manifest.rejected_by_reason.values()), where
     documents = _documents_in_shards(config.dataset_dir, corpus.task)
     assert documents == sum(s.documents for s in manifest.splits.values()), where

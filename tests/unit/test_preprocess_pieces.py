@@ -34,6 +34,9 @@ def test_pack_chunks_cuts_big_files_and_packs_small_ones():
                      [("s2", 0, -1)], [("s3", 0, -1)], [("s4", 0, -1)]]
     tasks = read.pack_chunks(chunks, {f.uri: f.size for f in files}, 6)  # up to 6 bytes a task
     assert [len(t) for t in tasks] == [1, 2, 2, 2, 1]
+    # Empty files first (the fuzz tier found this failing): they still open a task.
+    assert read.pack_chunks([("e0", 0, -1), ("e1", 0, -1), ("s0", 0, -1)], {"e0": 0, "e1": 0, "s0": 3}, 4) == [
+        [("e0", 0, -1), ("e1", 0, -1), ("s0", 0, -1)]]
 
 
 def test_text_cleaner_matches_python_whitespace_and_normal_forms():
