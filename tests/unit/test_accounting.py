@@ -1,6 +1,8 @@
 """The job's own accounting check (spark_jobs.preprocess.check_accounting), without Spark."""
 import pytest
 
+pytest.importorskip("pyspark")  # spark_jobs imports it; the Spark-free test environment has none
+
 from spark_jobs.preprocess import AccountingError, check_accounting
 
 ROWS = {"train": 5, "val": 1, "test": 1}

@@ -7,7 +7,7 @@ import pytest
 from pipeline import cli, contract, driver
 from pipeline.config import ConfigError
 from pipeline.errors import ShardlineError
-from spark_jobs.read import InputError
+from pipeline.inputs import InputError
 from training.models import DatasetMismatchError
 
 

@@ -9,6 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+pytest.importorskip("pyspark")  # spark_jobs imports it; the Spark-free test environment has none
+
 from pipeline import contract, storage
 from pipeline.config import TokenizerTrainConfig, resolve_local_path
 from pipeline.tokenizer import backend_json, load_tokenizer, train_tokenizer
