@@ -5,7 +5,6 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from pipeline import contract
@@ -255,8 +254,10 @@ def _texts_from_file(name: str, model_dir: str) -> list[str]:
     if name == "-":
         lines = sys.stdin.read().splitlines()
     else:
+        from pipeline import storage
+
         try:
-            lines = Path(name).read_text(encoding="utf-8").splitlines()
+            lines = storage.read_text(name).splitlines()
         except FileNotFoundError:
             raise MissingPathError(f"--input {name} does not exist") from None
     if not name.endswith(".jsonl"):

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
 
-    from pipeline import cli
+    from pipeline import cli, storage
 
     corpus = write_jsonl(stdlib_docstrings(), Path(args.run_dir).parent / "demo-corpus" / "docstrings.jsonl")
     print(f"demo: corpus {corpus} ({sum(1 for _ in open(corpus))} docstrings from {', '.join(DEMO_PACKAGES)})")
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     code = cli.main(["run", "--config", args.config, *[a for o in overrides for a in ("--set", o)]])
     if code != 0:
         return code
-    result = json.loads((Path(args.run_dir) / "eval.json").read_text())
+    result = json.loads(storage.read_text(storage.join(args.run_dir, "eval.json")))
     labels = len(DEMO_PACKAGES)
     print(
         f"demo: done in {time.perf_counter() - started:.0f}s. Outputs under {args.run_dir}/ "

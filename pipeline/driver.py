@@ -153,7 +153,7 @@ def stage_inputs(config: ShardlineConfig, stage: str) -> dict[str, Any]:
     trainer use too: a change here reruns it even with the same config."""
     if stage == "preprocess":
         files = inputs.resolve_input_files(config.data.input)
-        return {"dataset_fingerprint": contract.dataset_fingerprint(config.to_dict(), inputs.input_file_list(files))}
+        return {"dataset_fingerprint": inputs.dataset_fingerprint(config, files)}
     try:
         fingerprint = contract.load_manifest(config.dataset_dir).dataset_fingerprint
     except (contract.DatasetNotReadyError, FileNotFoundError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline import storage
+from pipeline import contract, storage
 from pipeline.errors import ShardlineError
 
 
@@ -33,3 +33,9 @@ def input_file_list(files: list[storage.FileEntry]) -> list[dict[str, Any]]:
     """What the manifest records of the input, and what the dataset fingerprint hashes: a changed
     file (size or modification time) makes another dataset."""
     return [{"path": f.uri, "bytes": f.size, "mtime_ns": f.mtime_ns} for f in files]
+
+
+def dataset_fingerprint(config, files: list[storage.FileEntry]) -> str:
+    """The dataset a config builds from these files (contract.dataset_fingerprint): what the job's
+    skip check and the driver's preprocess marker both compare."""
+    return contract.dataset_fingerprint(config.to_dict(), input_file_list(files))

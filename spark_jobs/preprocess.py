@@ -46,7 +46,7 @@ def check_existing(config: ShardlineConfig, files: list, force: bool) -> bool:
     if force or storage.info(storage.join(dataset_dir, contract.SUCCESS_FILE)) is None:
         return False
     existing = contract.load_manifest(dataset_dir)
-    if existing.dataset_fingerprint == dataset_fingerprint(config, files):
+    if existing.dataset_fingerprint == inputs.dataset_fingerprint(config, files):
         return True
     changed = contract.changed_dataset_sections(existing, config.to_dict())
     if changed:
@@ -58,10 +58,6 @@ def check_existing(config: ShardlineConfig, files: list, force: bool) -> bool:
         f"{dataset_dir} was built from different input files (names, sizes or modification times changed "
         f"under {config.data.input}); pass --force to rebuild it"
     )
-
-
-def dataset_fingerprint(config: ShardlineConfig, files: list) -> str:
-    return contract.dataset_fingerprint(config.to_dict(), inputs.input_file_list(files))
 
 
 def prepare_tokenizer(config: ShardlineConfig, texts: DataFrame, num_texts: int):
@@ -267,7 +263,7 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
         token_count=sum(s.tokens for s in split_stats.values()),
         splits=split_stats,
         input_files=inputs.input_file_list(files),
-        dataset_fingerprint=dataset_fingerprint(config, files),
+        dataset_fingerprint=inputs.dataset_fingerprint(config, files),
         rejects_files=[w.data_file() for w in rejects_files],
         versions=versions(spark.version),
         stage_seconds=timings,
