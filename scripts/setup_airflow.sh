@@ -6,14 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON=${PYTHON:-python3}
+. scripts/venv.sh
 venv=.venv-airflow
-if [ ! -x "$venv/bin/python" ]; then
-  "$PYTHON" -m venv "$venv"
-fi
-stamp=$venv/.shardline-installed
-want=$(sha256sum constraints-airflow.txt | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+venv_create "$venv"
+if venv_stale "$venv" constraints-airflow.txt; then
   started=$(date +%s)
   "$venv/bin/python" -m pip install -q --upgrade pip
   # The Spark provider 5.x pulled pyspark 3.5; 6.x pulls pyspark-client 4, which installs into the same
@@ -22,6 +18,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     "$venv/bin/python" -m pip uninstall -q -y pyspark py4j
   fi
   "$venv/bin/python" -m pip install -q -c constraints-airflow.txt apache-airflow apache-airflow-providers-apache-spark
-  echo "$want" > "$stamp"
+  venv_stamp "$venv"
   echo "setup_airflow.sh: installed Airflow into $venv in $(( $(date +%s) - started ))s"
 fi

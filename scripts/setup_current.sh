@@ -7,17 +7,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON=${PYTHON:-python3}
+. scripts/venv.sh
 venv=.venv-current
-if [ ! -x "$venv/bin/python" ]; then
-  "$PYTHON" -m venv "$venv"
-fi
+venv_create "$venv"
 if ! "$venv/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
   echo "warning: $venv runs Python $("$venv/bin/python" -c 'import platform; print(platform.python_version())'); the current stack is tested on 3.11" >&2
 fi
-stamp=$venv/.shardline-installed
-want=$(cat constraints-current.txt pyproject.toml | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+if venv_stale "$venv" constraints-current.txt pyproject.toml; then
   started=$(date +%s)
   "$venv/bin/python" -m pip install -q --upgrade pip
   "$venv/bin/python" -m pip install -q -c constraints-current.txt numpy pyarrow torch transformers tokenizers \
@@ -32,6 +28,6 @@ present = [name for name in ("pyspark", "petastorm") if importlib.util.find_spec
 if present:
     sys.exit(f"setup_current.sh: {', '.join(present)} got installed into .venv-current; it must stay Spark-free")
 PY
-  echo "$want" > "$stamp"
+  venv_stamp "$venv"
   echo "setup_current.sh: installed the current stack into $venv in $(( $(date +%s) - started ))s"
 fi
