@@ -5,8 +5,9 @@
   each). The command is the one every node runs: the same everywhere with a c10d rendezvous, or
   differing only in --node_rank with a static one. The driver runs this node's; the others are
   started by the user or a scheduler.
-- spark: `spark-submit spark_jobs/train_on_spark.py`, whose TorchDistributor runs the same entry
-  point (training.train.train) in barrier tasks on the executors, or on the driver (local_mode).
+- spark: `python -m spark_jobs.train_on_spark`, a Spark driver on spark.master whose
+  TorchDistributor runs the same entry point (training.train.train) in barrier tasks on the
+  executors, or on the driver (local_mode).
 
 Imports nothing heavy: the driver and the CLI build these commands without torch or pyspark.
 """
@@ -21,7 +22,7 @@ from pipeline.config import ShardlineConfig
 from pipeline.errors import MissingPathError
 
 TRAIN_MODULE = "training.train"
-SPARK_TRAIN_SCRIPT = Path(__file__).resolve().parent.parent / "spark_jobs" / "train_on_spark.py"
+SPARK_TRAIN_MODULE = "spark_jobs.train_on_spark"
 RESOLVED_CONFIG = "config.resolved.yaml"
 
 
@@ -57,7 +58,8 @@ def train_command(config: ShardlineConfig, config_path: str | Path) -> list[str]
     if launcher == "torchrun":
         return torchrun_command(config, node_config_path(config, config_path))
     if launcher == "spark":
-        return [*spark_submit_args(config), str(SPARK_TRAIN_SCRIPT), "--config", str(config_path)]
+        # Not spark-submit: see spark_jobs/train_on_spark.create_spark_session.
+        return [sys.executable, "-m", SPARK_TRAIN_MODULE, "--config", str(config_path)]
     if config.train.nproc > 1:
         # --standalone: a local rendezvous on a free port, so two runs on one host cannot collide.
         return [_torchrun(), "--standalone", "--nproc_per_node", str(config.train.nproc),
@@ -93,10 +95,15 @@ def launch_note(config: ShardlineConfig) -> str | None:
                     f"(c10d rendezvous at {train.torchrun.rdzv_endpoint}); training starts when all have joined")
         return (f"train: this is node {train.torchrun.node_rank} of {train.torchrun.num_nodes}; run the same "
                 f"command on every other node with its own --node_rank (0 to {train.torchrun.num_nodes - 1})")
-    if train.launcher == "spark" and not train.distributor.local_mode and storage.is_local(config.run_dir) \
-            and not config.spark.master.startswith("local"):
-        return (f"train: run_dir {config.run_dir} is a local path: every executor must see it at that path "
-                "(a shared disk); use an object-store URI (s3://..., gs://...) otherwise")
+    if train.launcher == "spark":
+        settings = train.distributor
+        processes = settings.num_processes or train.nproc
+        where = "on the driver" if settings.local_mode else f"in {processes} barrier task(s)"
+        note = f"train: TorchDistributor on {config.spark.master}: {processes} process(es) {where}"
+        if not settings.local_mode and storage.is_local(config.run_dir) and not config.spark.master.startswith("local"):
+            note += (f"; run_dir {config.run_dir} is a local path: every executor must see it at that path "
+                     "(a shared disk), else use an object-store URI (s3://..., gs://...)")
+        return note
     return None
 
 

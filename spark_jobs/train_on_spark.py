@@ -1,9 +1,10 @@
 """Train on the Spark cluster: TorchDistributor runs the trainer's entry point in barrier tasks.
 
-    spark-submit --master spark://HOST:7077 [--py-files shardline.zip] spark_jobs/train_on_spark.py \
-        --config FILE [--set key=value ...]
+    python -m spark_jobs.train_on_spark --config FILE [--set key=value ...]
 
-(what `shardline train --set train.launcher=spark` runs). The driver reads the config and ships it
+(what `shardline train --set train.launcher=spark` runs) starts a SparkSession on spark.master with
+spark.conf and spark.py_files; `spark-submit ... spark_jobs/train_on_spark.py --config FILE` works
+too, on a cluster master. The driver reads the config and ships it
 to every process as a dict, not a path, since executors share no disk with the driver; each process
 rebuilds it, points its storage layer at it and runs training.train.train: the dataset, checkpoints
 and model are read and written through run_dir's URI, appended logs go to the process's local_dir.
@@ -12,6 +13,7 @@ torchrun: on the driver with local_mode, else one per barrier task on the execut
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -63,13 +65,30 @@ def run_distributed(config: ShardlineConfig) -> str:
         raise
 
 
+def create_spark_session(config: ShardlineConfig):
+    """The session TorchDistributor runs on. Started from plain Python, not spark-submit, by the
+    driver: with a local master the barrier tasks run in the driver's JVM and leave a non-daemon
+    timer thread ("Barrier task timer for barrier() calls.", Spark 3.5) that keeps a spark-submit
+    JVM alive after the job; a JVM that pyspark starts exits when this process does."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(APP_NAME)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit, which set these itself
+        builder = builder.master(config.spark.master)
+        if config.spark.py_files:
+            builder = builder.config("spark.submit.pyFiles", ",".join(config.spark.py_files))
+    for key, value in config.spark.conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
 def main(argv: list[str] | None = None) -> int:
     from pipeline.cli import run_stage_main
 
     def submit(config: ShardlineConfig, args) -> str:
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.builder.appName(APP_NAME).getOrCreate()
+        spark = create_spark_session(config)
         try:
             model_dir = run_distributed(config)
         finally:

@@ -129,7 +129,7 @@ def test_torch_distributor_in_local_mode_trains_the_same_model_as_torchrun(built
                        "--set", "spark.conf.spark.ui.enabled=false")
     assert spark.returncode == 0, spark.stderr[-3000:] + _log(by_spark)[-5000:]
     log = _log(by_spark)
-    assert "spark_jobs/train_on_spark.py" in log.splitlines()[0] and "TorchDistributor finished" in log
+    assert "-m spark_jobs.train_on_spark --config" in log.splitlines()[0] and "TorchDistributor finished" in log
     expected, got = _weights(by_torchrun), _weights(by_spark)
     assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
     for run_dir in (by_torchrun, by_spark):
