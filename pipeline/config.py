@@ -194,6 +194,42 @@ class SparkConfig(_Strict):
         return value
 
 
+class TorchrunConfig(_Strict):
+    """train.launcher torchrun: one `torchrun` per node, each started by you (or a scheduler) with the command `shardline train --dry-run` prints."""
+
+    num_nodes: int = Field(1, ge=1)
+    """Machines in the job (torchrun --nnodes); each runs train.nproc processes."""
+    rdzv_endpoint: str | None = None
+    """HOST:PORT every node can reach (the first node's address and a free port); required when num_nodes > 1."""
+    node_rank: int | None = Field(None, ge=0)
+    """This node's rank (static rendezvous: --node_rank, with master HOST:PORT = rdzv_endpoint); null: a c10d rendezvous at rdzv_endpoint assigns ranks, so every node runs the same command."""
+    rdzv_id: str = "shardline"
+    """The rendezvous id (torchrun --rdzv_id) shared by the job's nodes; another concurrent job on the same endpoint needs another."""
+
+    @model_validator(mode="after")
+    def _endpoint_for_many_nodes(self) -> "TorchrunConfig":
+        if self.num_nodes > 1 and not self.rdzv_endpoint:
+            raise InvalidKey("rdzv_endpoint", f"required when num_nodes is {self.num_nodes}: "
+                                              "HOST:PORT of the first node, reachable from every node")
+        host, _, port = (self.rdzv_endpoint or "").rpartition(":")
+        if self.rdzv_endpoint is not None and not (host and port.isdigit()):
+            raise InvalidKey("rdzv_endpoint", f"{self.rdzv_endpoint!r} must look like HOST:PORT, e.g. 10.0.0.1:29400")
+        if self.node_rank is not None and self.node_rank >= self.num_nodes:
+            raise InvalidKey("node_rank", f"{self.node_rank} must be below num_nodes {self.num_nodes}")
+        return self
+
+
+class DistributorConfig(_Strict):
+    """train.launcher spark: pyspark.ml.torch.distributor.TorchDistributor, submitted with the spark.* settings."""
+
+    num_processes: int | None = Field(None, ge=1)
+    """Training processes in all: on the driver with local_mode, else one per Spark barrier task (each needs a free task slot at once); null: train.nproc."""
+    local_mode: bool = False
+    """true: every process runs on the Spark driver's machine; false: on the executors (the cluster)."""
+    use_gpu: bool = False
+    """One GPU per process (needs spark.task.resource.gpu.amount on a cluster); false trains on CPU with gloo."""
+
+
 # The task each model trains on: train.model's default follows preprocess.task.
 MODEL_TASKS = {"mlp": "classification", "bert": "classification", "gpt2": "causal_lm"}
 DEFAULT_MODELS = {"classification": "mlp", "causal_lm": "gpt2"}
@@ -235,7 +271,17 @@ class TrainConfig(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where to train: auto is CUDA when a device is visible, else CPU."""
     nproc: int = Field(1, ge=1)
-    """Data-parallel processes on this machine (torchrun --nproc_per_node); 1 runs plain Python."""
+    """Data-parallel processes per machine (torchrun --nproc_per_node) for every launcher; 1 with launcher local runs plain Python."""
+    launcher: Literal["local", "torchrun", "spark"] = "local"
+    """How training processes start: `local` (on this machine: one process, or torchrun --standalone for nproc > 1), `torchrun` (multi-node, see train.torchrun.*), `spark` (TorchDistributor on the Spark cluster, see train.distributor.*)."""
+    torchrun: TorchrunConfig = Field(default_factory=TorchrunConfig)
+    """Multi-node torchrun settings (see train.torchrun.*)."""
+    distributor: DistributorConfig = Field(default_factory=DistributorConfig)
+    """TorchDistributor settings (see train.distributor.*)."""
+    process_group_timeout_s: float = Field(1800.0, gt=0)
+    """Seconds a rank waits for the others in a collective before the job fails (torch.distributed's timeout)."""
+    eval_timeout_s: float = Field(6 * 3600.0, gt=0)
+    """Seconds a rank that finished its share of a validation pass waits for the slowest rank (a separate process group, so a long evaluation does not hit process_group_timeout_s)."""
     seed: int = 0
     """Seeds the weights' initialization, the data order and the shuffle buffer."""
     log_every: int = Field(10, ge=1)

@@ -1,7 +1,8 @@
 """The driver: runs preprocess -> train -> evaluate, skipping the stages that are already done.
 
 Every stage runs as a subprocess built as an argument list, never a shell string: Spark through
-`spark-submit`, training through `python -m training.train` (or `torchrun` when train.nproc > 1).
+`spark-submit`, training as train.launcher says (pipeline/launch.py: `python -m training.train`,
+`torchrun`, or TorchDistributor through `spark-submit`).
 Its full output goes to run_dir/logs/<stage>.log, its progress lines to the console.
 
 A stage that succeeds writes run_dir/stages/<stage>.json: a hash of each config section it depends
@@ -14,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import sys
 import time
 import uuid
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline import console, contract, inputs, storage
+from pipeline import console, contract, inputs, launch, storage
 from pipeline.config import ShardlineConfig, save_config
 from pipeline.errors import MissingPathError, ShardlineError
 
@@ -35,7 +35,7 @@ STAGE_SECTIONS = {
     "evaluate": (*contract.DATASET_SECTIONS, "train", "eval"),
 }
 MARKER_DIR = "stages"
-RESOLVED_CONFIG = "config.resolved.yaml"
+RESOLVED_CONFIG = launch.RESOLVED_CONFIG
 USER_ERROR_EXIT = 2  # what every stage exits with on a ShardlineError (its one-line message on stderr)
 
 
@@ -63,40 +63,18 @@ class StagePlan:
 
 # --- commands -------------------------------------------------------------------------------------
 
-def spark_submit_executable() -> str:
-    """pyspark's own launcher next to this interpreter, else the one on PATH (a cluster's)."""
-    return _beside_python_or_on_path("spark-submit", "install pyspark 3.5, or put a Spark 3.5 bin/ on PATH")
-
-
-def _beside_python_or_on_path(name: str, hint: str) -> str:
-    beside = Path(sys.executable).parent / name
-    if beside.exists():
-        return str(beside)
-    found = shutil.which(name)
-    if not found:
-        raise MissingPathError(f"{name} not found beside {sys.executable} or on PATH; {hint}")
-    return found
+spark_submit_executable = launch.spark_submit_executable
 
 
 def spark_submit_command(config: ShardlineConfig, config_path: Path, force: bool = False) -> list[str]:
-    command = [spark_submit_executable(), "--master", config.spark.master]
-    for key, value in sorted(config.spark.conf.items()):
-        command += ["--conf", f"{key}={value}"]
-    if config.spark.py_files:  # the `shardline package` zip, for executors without this checkout
-        command += ["--py-files", ",".join(config.spark.py_files)]
-    command += [str(PREPROCESS_SCRIPT), "--config", str(config_path)]
+    command = [*launch.spark_submit_args(config), str(PREPROCESS_SCRIPT), "--config", str(config_path)]
     if force:
         command.append("--force")
     return command
 
 
 def train_command(config: ShardlineConfig, config_path: Path) -> list[str]:
-    if config.train.nproc > 1:
-        torchrun = _beside_python_or_on_path("torchrun", "install torch")
-        # --standalone: a local rendezvous on a free port, so two runs on one host cannot collide.
-        return [torchrun, "--standalone", "--nproc_per_node", str(config.train.nproc),
-                "-m", "training.train", "--config", str(config_path)]
-    return [sys.executable, "-m", "training.train", "--config", str(config_path)]
+    return launch.train_command(config, config_path)
 
 
 def evaluate_command(config: ShardlineConfig, config_path: Path) -> list[str]:
@@ -294,9 +272,14 @@ def run_stages(
             print(f"{plan.stage}: skipped, already done with this config and inputs (add --force to redo it)",
                   flush=True)
             continue
+        note = launch.launch_note(config) if plan.stage == "train" else None
         if dry_run:
             print(f"{plan.stage}: would run ({plan.reason}):\n  {shlex.join(plan.command)}", flush=True)
+            if note:
+                print(note, flush=True)
             continue
+        if note:
+            print(note, flush=True)
         log_path = Path(config.local_dir) / "logs" / f"{plan.stage}.log"
         print(f"{plan.stage}: running ({plan.reason}); full log: {log_path}", flush=True)
         storage.delete(marker_path(config, plan.stage))  # a half-done rerun is not "done"

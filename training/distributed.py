@@ -1,9 +1,18 @@
 """Data parallelism: one process per device, started by torchrun (RANK, WORLD_SIZE, LOCAL_RANK in
-the environment); NCCL on CUDA, gloo on CPU. Alone, the same code runs as rank 0 of 1."""
+the environment; directly, on several nodes, or by Spark's TorchDistributor); NCCL on CUDA, gloo on
+CPU. Alone, the same code runs as rank 0 of 1.
+
+Two process groups. The default one (train.process_group_timeout_s) carries training's collectives,
+where every rank does the same work, so a rank missing for that long is hung or dead and the job
+should fail. The eval group (gloo, train.eval_timeout_s) carries only the reduction at the end of a
+sharded validation pass: a rank that finished its share waits there for the slowest one, for as
+long as evaluating a share may take, without the default group timing out. Both groups then leave
+the pass together, so the next training collective starts with every rank present."""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -15,6 +24,7 @@ class Processes:
     rank: int
     world_size: int
     device: torch.device
+    eval_group: Any = None  # the gloo group for validation's reduction (see the module docstring)
 
     @property
     def is_main(self) -> bool:
@@ -31,7 +41,7 @@ def pick_device(requested: str) -> torch.device:
     return torch.device(requested)
 
 
-def init(requested_device: str) -> Processes:
+def init(requested_device: str, timeout_s: float = 1800.0, eval_timeout_s: float = 6 * 3600.0) -> Processes:
     device = pick_device(requested_device)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
@@ -40,8 +50,9 @@ def init(requested_device: str) -> Processes:
     if device.type == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return Processes(dist.get_rank(), world_size, device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(seconds=timeout_s))
+    eval_group = dist.new_group(backend="gloo", timeout=timedelta(seconds=eval_timeout_s))
+    return Processes(dist.get_rank(), world_size, device, eval_group)
 
 
 def teardown() -> None:
@@ -61,3 +72,24 @@ def gather(value: Any, processes: Processes) -> list[Any]:
 def barrier(processes: Processes) -> None:
     if processes.world_size > 1:
         dist.barrier()
+
+
+def every_rank(value: float) -> list[float]:
+    """Every rank's value, in rank order, on every rank: one all_reduce of a float64 vector on the
+    default group (a non-finite value stays in its own slot). Alone: [value]."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [value]
+    on_gpu = dist.get_backend() == "nccl"
+    values = torch.zeros(dist.get_world_size(), dtype=torch.float64,
+                         device=torch.device("cuda", torch.cuda.current_device()) if on_gpu else "cpu")
+    values[dist.get_rank()] = value
+    dist.all_reduce(values)
+    return values.tolist()
+
+
+def sum_over_ranks(values: torch.Tensor, processes: Processes | None) -> torch.Tensor:
+    """values (a CPU tensor) summed over every rank, on the eval group; alone, values itself."""
+    if processes is None or processes.world_size == 1:
+        return values
+    dist.all_reduce(values, group=processes.eval_group)
+    return values

@@ -27,14 +27,15 @@ from pipeline.config import ShardlineConfig, TrainConfig
 from pipeline.errors import ShardlineError
 from training import checkpoint
 from training.data import TASK_COLUMNS, BackgroundBatches, Batch, ReaderSpec, iter_batches, plan_epoch, split_spec
-from training.distributed import Processes, barrier, gather
+from training.distributed import Processes, barrier, every_rank, gather, sum_over_ranks
 from training.metrics import (METRICS_FILE, MetricsLog, copy_to_run_dir, describe_locations, drop_records_after,
                               fetch_if_missing, format_stall_report, stall_report)
 from training.models import causal_targets
 
 # Config keys that may change between a checkpoint and its resumption without changing the result.
 RESUMABLE_CHANGES = {"epochs", "max_steps", "log_every", "eval_every", "checkpoint_every", "num_checkpoints_kept",
-                     "resume", "num_reader_workers", "record_sample_ids", "device", "nproc", "compile"}
+                     "resume", "num_reader_workers", "record_sample_ids", "device", "nproc", "compile",
+                     "launcher", "torchrun", "distributor", "process_group_timeout_s", "eval_timeout_s"}
 # Beside a fingerprint's checkpoints: what they were trained with, so another config can say what differs.
 IDENTITY_FILE = "identity.json"
 SAMPLES_DIR = "samples"
@@ -89,14 +90,19 @@ def forward_loss(model: nn.Module, batch: Batch, task: str, reduction: str = "me
 
 @dataclass
 class StepResult:
-    loss: float
+    loss: float  # the mean over every rank's loss
     grad_norm: float
+
+
+class TrainingDiverged(ShardlineError, FloatingPointError):
+    """A non-finite loss (or gradient norm): raised on every rank with the same message."""
 
 
 def train_step(model: nn.Module, micro_batches: list[Batch], optimizer, scheduler, scaler, task: str,
                autocast_dtype: torch.dtype | None, max_grad_norm: float | None, step: int) -> StepResult:
     """One optimizer step over one or more micro-batches (gradient accumulation); under DDP the
-    gradients are all-reduced once, on the last micro-batch."""
+    gradients are all-reduced once, on the last micro-batch, and so is every rank's loss: the
+    result is the global mean, and a non-finite loss on any rank stops every rank alike."""
     model.train()
     device = next(model.parameters()).device
     total = 0.0
@@ -108,16 +114,22 @@ def train_step(model: nn.Module, micro_batches: list[Batch], optimizer, schedule
                 loss, _ = forward_loss(model, batch, task)
             scaler.scale(loss / len(micro_batches)).backward()
         total += loss.item() / len(micro_batches)
+    # Every rank's loss on every rank, so the check below decides the same everywhere: a rank that
+    # raised alone would leave the others waiting in their next collective until the timeout.
+    losses = every_rank(total)
+    bad_ranks = [rank for rank, value in enumerate(losses) if not math.isfinite(value)]
     scaler.unscale_(optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm or math.inf).item()
     # After the all-reduce the grad norm is the same on every rank, so all ranks stop together.
     # Under fp16 an overflow is the scaler's business (it skips the step); only the loss says "diverged".
-    diverged = not math.isfinite(total) if scaler.is_enabled() else not math.isfinite(grad_norm)
-    if diverged:
-        raise FloatingPointError(
-            f"training diverged at step {step}: loss {total}, grad norm {grad_norm}; "
+    if bad_ranks or (not scaler.is_enabled() and not math.isfinite(grad_norm)):
+        where = f" on rank {', '.join(map(str, bad_ranks))} of {len(losses)}" if bad_ranks and len(losses) > 1 else ""
+        shown = losses[bad_ranks[0]] if bad_ranks else sum(losses) / len(losses)
+        raise TrainingDiverged(
+            f"training diverged at step {step}: loss {shown}{where}, grad norm {grad_norm}; "
             "lower train.lr, set train.max_grad_norm, or use train.precision fp32"
         )
+    total = sum(losses) / len(losses)
     scaler.step(optimizer)
     scaler.update()
     scheduler.step()
@@ -127,44 +139,71 @@ def train_step(model: nn.Module, micro_batches: list[Batch], optimizer, schedule
 
 @torch.no_grad()
 def evaluate(model: nn.Module, spec: ReaderSpec, device: torch.device, task: str,
-             autocast_dtype: torch.dtype | None = None, progress: Callable[[Iterator], Iterator] | None = None
-             ) -> dict[str, Any]:
+             autocast_dtype: torch.dtype | None = None, progress: Callable[[Iterator], Iterator] | None = None,
+             processes: Processes | None = None, num_classes: int | None = None) -> dict[str, Any]:
     """Classification: loss, accuracy, macro-F1. Causal LM: loss and perplexity per predicted token.
-    progress, when given, wraps the batch iterator (to show a bar)."""
+    progress, when given, wraps the batch iterator (to show a bar).
+
+    With processes of W > 1 ranks, every rank calls it on the same unshuffled spec: rank r evaluates
+    batches k with k % W == r, and the sums (loss, counts, the confusion matrix of num_classes, which
+    classification then needs) are all-reduced on the eval group, so every rank returns the same
+    metrics as one process evaluating every batch."""
     model.eval()
+    rank, world = (processes.rank, processes.world_size) if processes else (0, 1)
+    if task == "classification" and num_classes is None and world > 1:
+        raise ValueError("evaluate on several ranks needs num_classes (the confusion matrix is reduced)")
     total_loss, examples, tokens = 0.0, 0, 0
-    labels_seen, predictions = [], []
+    confusion = None if num_classes is None else torch.zeros(num_classes * num_classes, dtype=torch.float64)
     batches = iter_batches(spec)
-    for batch in progress(batches) if progress else batches:
+    for index, batch in enumerate(progress(batches) if progress else batches):
+        if index % world != rank:
+            continue
         batch = to_device(batch, device)
         with _autocast(device, autocast_dtype):
             loss, logits = forward_loss(model, batch, task, reduction="sum")
         total_loss += loss.item()
         examples += batch[contract.INPUT_IDS].shape[0]
         if task == "classification":
-            labels_seen.append(batch[contract.LABEL].cpu())
-            predictions.append(logits.argmax(dim=-1).cpu())
+            classes = num_classes or logits.shape[-1]
+            if confusion is None:
+                confusion = torch.zeros(classes * classes, dtype=torch.float64)
+            pairs = batch[contract.LABEL].cpu().long() * classes + logits.argmax(dim=-1).cpu()
+            confusion += torch.bincount(pairs, minlength=classes * classes).double()
         else:
             targets = causal_targets(batch[contract.INPUT_IDS], batch[contract.POSITION_IDS], batch[contract.SEGMENT_IDS])
             tokens += int((targets != -100).sum())
+    # float64 holds the counts exactly (below 2**53) and the loss sum as the one process would.
+    sums = torch.tensor([total_loss, examples, tokens], dtype=torch.float64)
+    if confusion is not None:
+        sums = torch.cat([sums, confusion])
+    sums = sum_over_ranks(sums, processes)
+    total_loss, examples, tokens = sums[0].item(), int(sums[1]), int(sums[2])
     if task == "classification":
         if examples == 0:
             return {"examples": 0, "loss": math.nan, "accuracy": math.nan, "macro_f1": math.nan}
-        labels, predicted = torch.cat(labels_seen), torch.cat(predictions)
+        classes = math.isqrt(len(sums) - 3)
+        matrix = sums[3:].long().reshape(classes, classes)
         return {"examples": examples, "loss": total_loss / examples,
-                "accuracy": (labels == predicted).float().mean().item(), "macro_f1": macro_f1(labels, predicted)}
+                "accuracy": int(matrix.trace()) / examples, "macro_f1": macro_f1_of_confusion(matrix)}
     loss = total_loss / tokens if tokens else math.nan
     return {"examples": examples, "tokens": tokens, "loss": loss, "perplexity": math.exp(loss) if tokens else math.nan}
 
 
 def macro_f1(labels: torch.Tensor, predicted: torch.Tensor) -> float:
     """Mean F1 over the classes that occur in labels or predictions (scikit-learn's default)."""
+    classes = int(max(labels.max(), predicted.max())) + 1
+    pairs = labels.long() * classes + predicted.long()
+    return macro_f1_of_confusion(torch.bincount(pairs, minlength=classes * classes).reshape(classes, classes))
+
+
+def macro_f1_of_confusion(matrix: torch.Tensor) -> float:
+    """macro_f1 from a confusion matrix (rows: labels, columns: predictions)."""
     scores = []
-    for cls in torch.unique(torch.cat([labels, predicted])).tolist():
-        tp = int(((predicted == cls) & (labels == cls)).sum())
-        fp = int(((predicted == cls) & (labels != cls)).sum())
-        fn = int(((predicted != cls) & (labels == cls)).sum())
-        scores.append(2 * tp / (2 * tp + fp + fn))
+    for cls in range(matrix.shape[0]):
+        tp = int(matrix[cls, cls])
+        fp, fn = int(matrix[:, cls].sum()) - tp, int(matrix[cls, :].sum()) - tp
+        if tp + fp + fn:  # the class occurs in labels or predictions
+            scores.append(2 * tp / (2 * tp + fp + fn))
     return sum(scores) / len(scores)
 
 
@@ -432,13 +471,17 @@ class Trainer:
             self.save_checkpoint()
 
     def _evaluate_val(self) -> dict[str, Any] | None:
-        """Validation on the main process (the others wait at their next collective)."""
-        if not self.processes.is_main or self.manifest.splits["val"].rows == 0:
+        """Validation, sharded over every rank by batch index and reduced (see evaluate); the
+        metrics are returned on the main process, which logs them."""
+        if self.manifest.splits["val"].rows == 0:
             return None
         spec = split_spec(self.config.dataset_dir, self.manifest, "val", batch_size=self.config.eval.batch_size,
                           columns=TASK_COLUMNS[self.task], shuffle=False, backend=self.spec.backend,
                           verify_checksums=self.spec.verify_checksums)
-        return evaluate(self.model, spec, self.device, self.task, self.autocast_dtype)
+        num_classes = self.manifest.num_labels if self.task == "classification" else None
+        val = evaluate(self.model, spec, self.device, self.task, self.autocast_dtype, processes=self.processes,
+                       num_classes=num_classes)
+        return val if self.processes.is_main else None
 
     def _open_samples_log(self):
         """samples/rank-N.jsonl on local disk (appended), trimmed to the resumed step."""

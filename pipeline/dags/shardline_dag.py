@@ -11,6 +11,9 @@ scheduler parses it in milliseconds and the Airflow environment needs none of th
   same config and run_dir. `shardline` is a param: the command of an environment with the training
   stack (e.g. `/opt/shardline/.venv/bin/shardline`); see the README for a KubernetesPodOperator
   variant that runs it in the CUDA training image.
+- train_launcher (a param; empty: the config's train.launcher) picks how `shardline train` starts
+  its processes: `local`, `torchrun` (this task is node 0; the other nodes run the command it
+  prints) or `spark` (TorchDistributor on the config's spark.master, e.g. the cluster preprocess used).
 
 <run> is the run's logical date (YYYY-MM-DD, what `{{ ds }}` renders) when it has one, else its
 run_id with every character outside [A-Za-z0-9._-] replaced by `-`: Airflow 3 triggers runs without
@@ -61,6 +64,10 @@ PARAMS = {
         "", type="string", pattern=r"^$|^\S+\.zip$",
         description="zip of the project for the executors (`shardline package`); empty in local mode",
     ),
+    "train_launcher": Param(
+        "", type="string", enum=["", "local", "torchrun", "spark"],
+        description="train.launcher for the train task (empty: the config's): local, torchrun or spark (TorchDistributor)",
+    ),
     "shardline": Param(
         "shardline", type="string", minLength=1,
         description="command that runs the shardline CLI with the training stack, split like a shell would",
@@ -76,8 +83,10 @@ def run_dir_name(dag_run) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "-", dag_run.run_id)
 
 
-def shardline_stage_command(shardline: str, stage: str, config: str, run_dir: str) -> list[str]:
-    return [*shlex.split(shardline), stage, "--config", config, "--set", f"run_dir={run_dir}"]
+def shardline_stage_command(shardline: str, stage: str, config: str, run_dir: str, launcher: str = "") -> list[str]:
+    command = [*shlex.split(shardline), stage, "--config", config, "--set", f"run_dir={run_dir}"]
+    # Both shardline stages get it, so their markers record the same train section.
+    return command + (["--set", f"train.launcher={launcher}"] if launcher else [])
 
 
 with DAG(
@@ -107,7 +116,8 @@ with DAG(
     def shardline_stage(stage: str, params=None, dag_run=None) -> str:
         """Run one `shardline` stage on this run's run_dir; returns the run_dir (a path, never data)."""
         run_dir = f"{params['run_root']}/{run_dir_name(dag_run)}"
-        command = shardline_stage_command(params["shardline"], stage, params["config"], run_dir)
+        command = shardline_stage_command(params["shardline"], stage, params["config"], run_dir,
+                                          params.get("train_launcher") or "")
         print("$ " + shlex.join(command), flush=True)
         subprocess.run(command, check=True)
         return run_dir

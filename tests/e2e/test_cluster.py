@@ -189,3 +189,61 @@ def test_package_command_writes_a_reproducible_zip_of_the_project(tmp_path):
     names = zipfile.ZipFile(tmp_path / "a.zip").namelist()
     assert {"pipeline/__init__.py", "spark_jobs/preprocess.py", "spark_jobs/encode.py", "training/__init__.py"} <= set(names)
     assert all(n.endswith(".py") and "__pycache__" not in n for n in names)
+
+
+def _upload(local_dir: Path, uri: str) -> None:
+    for path in sorted(p for p in local_dir.rglob("*") if p.is_file()):
+        storage.write_bytes(storage.join(uri, path.relative_to(local_dir).as_posix()), path.read_bytes())
+
+
+def test_torch_distributor_on_the_cluster_trains_the_model_a_torchrun_run_trains(standalone_master, spark, tmp_path):
+    """`shardline train --set train.launcher=spark`: two barrier tasks on the 2-core worker, one
+    process each, run_dir on S3 (nothing shared with the driver but the bucket), against torchrun
+    with two local processes on a copy of the same dataset."""
+    import boto3
+    from safetensors.torch import load as load_safetensors
+
+    master, ui_port, env = standalone_master
+    tree = {
+        "data": {"input": str(write_jsonl(stdlib_docstrings()[::10], tmp_path / "corpus.jsonl")), "label_column": "label"},
+        "tokenizer": {"train": {"vocab_size": 400}},
+        "preprocess": {"max_length": 24, "seed": 2, "shard": {"row_group_rows": 64}},
+        "train": {"epochs": 1, "batch_size": 8, "embedding_dim": 16, "hidden_size": 32, "num_reader_workers": 1},
+    }
+    local = build_config({**tree, "run_dir": str(tmp_path / "torchrun")})
+    build_dataset(spark, local)
+    boto3.client("s3").create_bucket(Bucket="shardline-distributor")
+    cluster = build_config({
+        **tree, "run_dir": "s3://shardline-distributor/runs/x",
+        "train": {**tree["train"], "launcher": "spark", "distributor": {"num_processes": 2, "local_mode": False}},
+        "spark": {"master": master, "py_files": [str(build_package(tmp_path / "shardline.zip"))],
+                  "conf": {"spark.driver.host": LOOPBACK, "spark.ui.enabled": "false"}},
+        "storage": {"local_dir": str(tmp_path / "driver-local")},
+    })
+    for name in ("dataset", "tokenizer"):
+        _upload(tmp_path / "torchrun" / name, cluster.run_path(name))
+    save_config(local, str(tmp_path / "torchrun.yaml"))
+    save_config(cluster, str(tmp_path / "cluster.yaml"))
+
+    def shardline(*args, **extra_env):
+        return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=600, env={**env, "PYTHONPATH": str(REPO_ROOT), **extra_env})
+
+    reference = shardline("train", "--config", str(tmp_path / "torchrun.yaml"), "--set", "train.nproc=2")
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    # The driver runs the venv's python; every executor runs executor_python, importing only the zip.
+    trained = shardline("train", "--config", str(tmp_path / "cluster.yaml"), PYSPARK_PYTHON=str(_executor_python(tmp_path)),
+                        PYSPARK_DRIVER_PYTHON=sys.executable)
+    log = (tmp_path / "driver-local" / "logs" / "train.log")
+    assert trained.returncode == 0, trained.stderr[-3000:] + (log.read_text()[-6000:] if log.exists() else "")
+    assert "shardline-train" in [app["name"] for app in _applications(ui_port)]  # ran on the standalone master
+    lineage = json.loads(storage.read_text(cluster.run_path("model", "lineage.json")))
+    assert len(lineage["weights_sha256_per_rank"]) == 2 and len(set(lineage["weights_sha256_per_rank"])) == 1
+    expected = load_safetensors((tmp_path / "torchrun" / "model" / "model.safetensors").read_bytes())
+    got = load_safetensors(storage.read_bytes(cluster.run_path("model", "model.safetensors")))
+    assert expected.keys() == got.keys() and all((expected[k] == got[k]).all() for k in expected)
+    for config in ("torchrun.yaml", "cluster.yaml"):
+        result = shardline("evaluate", "--config", str(tmp_path / config))
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(storage.read_text(cluster.run_path("eval.json"))) == \
+        json.loads((tmp_path / "torchrun" / "eval.json").read_text())

@@ -49,6 +49,8 @@ print(json.dumps({
     "defaults_valid": rejected() is None,
     "relative_config": rejected(config="configs/demo.yaml"),
     "not_a_zip": rejected(py_files="/opt/shardline.tar"),
+    "unknown_launcher": rejected(train_launcher="mpirun"),
+    "spark_launcher": rejected(train_launcher="spark"),
 }))
 """
 
@@ -104,6 +106,7 @@ def test_dagbag_imports_the_dag_with_its_graph_retries_and_validated_params(airf
     assert found["defaults_valid"]
     assert found["relative_config"].startswith("Invalid input for param config: 'configs/demo.yaml' does not match")
     assert found["not_a_zip"].startswith("Invalid input for param py_files")
+    assert found["unknown_launcher"].startswith("Invalid input for param train_launcher") and found["spark_launcher"] is None
 
 
 @pytest.fixture(scope="module")
@@ -165,10 +168,12 @@ print(json.dumps({"run_id": run.run_id, "logical_date": run.logical_date, "state
 
 
 def test_a_run_without_logical_date_uses_its_run_id_for_every_task(airflow_env, dated_run):
+    """... and trains with the spark launcher: TorchDistributor on the config's spark.master (local[2])."""
     import re
 
     tmp_path, _, conf, first = dated_run
     assert first.returncode == 0, (first.stdout + first.stderr)[-5000:]
+    conf = json.dumps({**json.loads(conf), "train_launcher": "spark"})
     result = subprocess.run([str(AIRFLOW_VENV / "bin" / "python"), "-c", TRIGGER_WITHOUT_LOGICAL_DATE,
                              str(DAGS_FOLDER), conf], env=airflow_env, cwd=REPO_ROOT, capture_output=True, text=True,
                             timeout=600)
@@ -184,3 +189,7 @@ def test_a_run_without_logical_date_uses_its_run_id_for_every_task(airflow_env, 
     assert (run_dir / "dataset" / "_SUCCESS").exists() and (run_dir / "model" / "lineage.json").exists()
     evaluation = json.loads((run_dir / "eval.json").read_text())
     assert evaluation["split"] == "test" and evaluation["examples"] > 0
+    assert "--set train.launcher=spark" in output
+    train_log = (run_dir / "logs" / "train.log").read_text()
+    assert "-m spark_jobs.train_on_spark --config" in train_log.splitlines()[0]
+    assert "TorchDistributor finished" in train_log

@@ -113,6 +113,41 @@ def test_dry_run_prints_the_exact_argument_lists_and_runs_nothing(tiny_run):
     assert mtimes(run_dir) == before
 
 
+def test_dry_run_prints_the_command_each_torchrun_node_runs_and_the_distributor_submit(tiny_run):
+    run_dir, args, _ = tiny_run
+    before = mtimes(run_dir)
+    nodes = ["--set", "train.launcher=torchrun", "--set", "train.nproc=4", "--set", "train.torchrun.num_nodes=2",
+             "--set", "train.torchrun.rdzv_endpoint=10.0.0.1:29400"]
+    result = shardline("train", *args, *nodes, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    config_path = str(run_dir / "config.resolved.yaml")
+    lines = result.stdout.splitlines()
+    assert shlex.split(lines[-2]) == [
+        str(BIN / "torchrun"), "--nnodes", "2", "--nproc_per_node", "4", "--rdzv_backend", "c10d",
+        "--rdzv_endpoint", "10.0.0.1:29400", "--rdzv_id", "shardline", "-m", "training.train", "--config", config_path]
+    assert lines[-1] == ("train: run this same command on each of the 2 nodes (c10d rendezvous at 10.0.0.1:29400); "
+                         "training starts when all have joined")
+    static = shardline("train", *args, *nodes, "--set", "train.torchrun.node_rank=1", "--dry-run")
+    assert static.returncode == 0, static.stderr
+    assert shlex.split(static.stdout.splitlines()[-2])[1:11] == [
+        "--nnodes", "2", "--nproc_per_node", "4", "--node_rank", "1", "--master_addr", "10.0.0.1", "--master_port", "29400"]
+    spark = shardline("train", *args, "--set", "train.launcher=spark", "--set", "spark.master=spark://10.0.0.1:7077",
+                      "--dry-run")
+    assert spark.returncode == 0, spark.stderr
+    assert shlex.split(spark.stdout.splitlines()[-2]) == [sys.executable, "-m", "spark_jobs.train_on_spark",
+                                                          "--config", config_path]
+    assert spark.stdout.splitlines()[-1] == (
+        f"train: TorchDistributor on spark://10.0.0.1:7077: 1 process(es) in 1 barrier task(s); run_dir {run_dir} "
+        "is a local path: every executor must see it at that path (a shared disk), else use an object-store URI "
+        "(s3://..., gs://...)")
+    missing = shardline("train", *args, "--set", "train.launcher=torchrun", "--set", "train.torchrun.num_nodes=2",
+                        "--dry-run")
+    assert missing.returncode == 2 and missing.stderr.strip() == (
+        "shardline train: error: config key train.torchrun.rdzv_endpoint: required when num_nodes is 2: "
+        "HOST:PORT of the first node, reachable from every node")
+    assert mtimes(run_dir) == before
+
+
 def test_a_changed_dataset_config_is_refused_alike_by_dry_run_and_run_before_spark_starts(tiny_run):
     run_dir, args, _ = tiny_run
     before = mtimes(run_dir)
@@ -151,3 +186,19 @@ def test_failed_training_keeps_the_dataset_and_the_next_run_resumes_there(tiny_r
     assert resumed.returncode == 0, resumed.stderr
     assert "preprocess: skipped" in resumed.stdout
     assert f"train: running (not done yet in {run_dir})" in resumed.stdout
+
+
+def test_run_with_the_spark_launcher_trains_through_torch_distributor(tiny_run):
+    run_dir, args, _ = tiny_run
+    result = shardline("run", *args, "--set", "train.lr=0.004", "--set", "train.launcher=spark")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "preprocess: skipped" in result.stdout
+    assert "train: running (the train settings changed since its last run)" in result.stdout
+    assert "evaluate: running (it reads the new output of train)" in result.stdout
+    log = (run_dir / "logs" / "train.log").read_text()
+    assert log.splitlines()[0] == f"$ {sys.executable} -m spark_jobs.train_on_spark --config {run_dir / 'config.resolved.yaml'}"
+    assert "train: TorchDistributor on local[2]: 1 process(es) in 1 barrier task(s)" in result.stdout
+    assert "train: TorchDistributor finished; model in" in log
+    lineage = json.loads((run_dir / "model" / "lineage.json").read_text())
+    assert lineage["config"]["train"]["lr"] == 0.004 and lineage["config"]["train"]["launcher"] == "spark"
+    assert json.loads((run_dir / "eval.json").read_text())["examples"] > 0

@@ -71,6 +71,40 @@ def test_train_runs_in_one_process_or_under_torchrun_by_nproc(tmp_path):
     ]
 
 
+def test_torchrun_launcher_prints_one_command_per_node_and_reads_the_config_from_an_object_store(tmp_path):
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    path = Path("/local/config.resolved.yaml")
+    nodes = ("train.launcher=torchrun", "train.torchrun.num_nodes=3", "train.torchrun.rdzv_endpoint=[fd00::1]:29400",
+             "train.nproc=2")
+    c10d = _config(tmp_path, tmp_path / "c.jsonl", *nodes)
+    assert driver.train_command(c10d, path) == [
+        torchrun, "--nnodes", "3", "--nproc_per_node", "2", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+        "[fd00::1]:29400", "--rdzv_id", "shardline", "-m", "training.train", "--config", str(path)]
+    on_s3 = _config("s3://bucket/runs/x", tmp_path / "c.jsonl", *nodes, "train.torchrun.node_rank=2")
+    assert driver.train_command(on_s3, path) == [
+        torchrun, "--nnodes", "3", "--nproc_per_node", "2", "--node_rank", "2", "--master_addr", "[fd00::1]",
+        "--master_port", "29400", "-m", "training.train", "--config", "s3://bucket/runs/x/config.resolved.yaml"]
+    alone = _config(tmp_path, tmp_path / "c.jsonl", "train.launcher=torchrun")
+    assert driver.train_command(alone, path)[1:6] == ["--nnodes", "1", "--nproc_per_node", "1", "--standalone"]
+    spark = _config(tmp_path, tmp_path / "c.jsonl", "train.launcher=spark")
+    assert driver.train_command(spark, path) == [sys.executable, "-m", "spark_jobs.train_on_spark", "--config", str(path)]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["train.torchrun.num_nodes=2"], "config key train.torchrun.rdzv_endpoint: required when num_nodes is 2"),
+    (["train.torchrun.rdzv_endpoint=host"], "config key train.torchrun.rdzv_endpoint: 'host' must look like HOST:PORT"),
+    (["train.torchrun.num_nodes=2", "train.torchrun.rdzv_endpoint=h:1", "train.torchrun.node_rank=2"],
+     "config key train.torchrun.node_rank: 2 must be below num_nodes 2"),
+    (["train.launcher=slurm"], "config key train.launcher: Input should be 'local', 'torchrun' or 'spark'"),
+])
+def test_launcher_settings_fail_in_one_line_naming_the_key(tmp_path, overrides, message):
+    from pipeline.config import ConfigError
+
+    with pytest.raises(ConfigError) as error:
+        _config(tmp_path, tmp_path / "c.jsonl", *overrides)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
 def test_driver_and_spark_job_agree_on_what_a_dataset_depends_on():
     from spark_jobs.preprocess import DATASET_SECTIONS
 

@@ -1,0 +1,46 @@
+"""Fault injection for the distributed-training tests, loaded by every Python process started with
+this directory on PYTHONPATH. Product code has no hook: this wraps training.loop's functions from
+outside, only in the training process whose RANK (set by torchrun) is SHARDLINE_FAULT_RANK.
+
+SHARDLINE_FAULT=slow-eval: that rank's validation pass starts SHARDLINE_FAULT_SLEEP_S seconds late
+(longer than train.process_group_timeout_s in the test); SHARDLINE_FAULT=nan-loss: that rank's
+training loss becomes NaN from its SHARDLINE_FAULT_STEP-th training forward pass on.
+SHARDLINE_FAULT_LOG names a file that gets a line each time a fault fires.
+"""
+import os
+
+_MODE = os.environ.get("SHARDLINE_FAULT")
+
+if _MODE in ("slow-eval", "nan-loss") and os.environ.get("RANK") == os.environ.get("SHARDLINE_FAULT_RANK", "0"):
+    import time
+
+    from training import loop
+
+    def _note(line: str) -> None:
+        with open(os.environ["SHARDLINE_FAULT_LOG"], "a") as log:
+            log.write(line + "\n")
+
+    if _MODE == "slow-eval":
+        _evaluate = loop.evaluate
+
+        def evaluate(*args, **kwargs):
+            seconds = float(os.environ["SHARDLINE_FAULT_SLEEP_S"])
+            _note(f"rank {os.environ['RANK']}: evaluation delayed {seconds} s")
+            time.sleep(seconds)
+            return _evaluate(*args, **kwargs)
+
+        loop.evaluate = evaluate
+    else:
+        _forward_loss = loop.forward_loss
+        _calls = [0]
+
+        def forward_loss(model, batch, task, reduction="mean"):
+            loss, logits = _forward_loss(model, batch, task, reduction)
+            if model.training:
+                _calls[0] += 1
+                if _calls[0] >= int(os.environ["SHARDLINE_FAULT_STEP"]):
+                    _note(f"rank {os.environ['RANK']}: loss made NaN at training forward {_calls[0]}")
+                    loss = loss * float("nan")
+            return loss, logits
+
+        loop.forward_loss = forward_loss
