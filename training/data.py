@@ -409,12 +409,13 @@ class StatefulLoader:
     behind it run on into the next epoch, so the next iteration starts warm.
 
     state_dict(): {"epoch", "samples" (consumed in the epoch, over all ranks), "global_batch",
-    "world_size"}; a position is always a whole number of global micro-batch rounds."""
+    "world_size"}; a position is always a whole number of global micro-batch rounds. With num_epochs,
+    nothing is read past the last epoch (the run's end); without, the reads go on."""
 
-    def __init__(self, spec: ReaderSpec, num_prefetch: int = 4):
+    def __init__(self, spec: ReaderSpec, num_prefetch: int = 4, num_epochs: int | None = None):
         if not spec.drop_last:
             spec = ReaderSpec(**{**spec.__dict__, "drop_last": True})  # equal ranks need whole global batches
-        self.spec, self.num_prefetch = spec, num_prefetch
+        self.spec, self.num_prefetch, self.num_epochs = spec, num_prefetch, num_epochs
         plan = plan_epoch(spec, 0)  # row counts, hence the batch count, are the same every epoch
         if plan.num_batches == 0:
             raise ValueError(
@@ -465,8 +466,11 @@ class StatefulLoader:
 
     def __iter__(self) -> Iterator[Batch]:
         """The current epoch's remaining batches; the position counts each one as it is handed out."""
+        if self.num_epochs is not None and self.epoch >= self.num_epochs:
+            return
         if self._stream is None:
-            self._stream = BackgroundBatches(self.spec, self.epoch, self.batch, self.num_prefetch, num_epochs=None)
+            remaining = None if self.num_epochs is None else self.num_epochs - self.epoch
+            self._stream = BackgroundBatches(self.spec, self.epoch, self.batch, self.num_prefetch, num_epochs=remaining)
         while True:
             epoch, batch = self._stream.next_item()
             assert epoch == self.epoch, (epoch, self.epoch)  # the stream and the position move together

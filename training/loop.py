@@ -284,7 +284,7 @@ class Trainer:
             pin_memory=self.device.type == "cuda", backend=config.reader.backend,
             verify_checksums=config.reader.verify_checksums,
         )
-        self.loader = StatefulLoader(self.spec)
+        self.loader = StatefulLoader(self.spec, num_epochs=cfg.epochs)  # reads nothing past the run's last epoch
         self.batches_per_epoch = self.loader.num_batches  # the same every epoch and on every rank
         steps_per_epoch = self.batches_per_epoch // cfg.grad_accum_steps  # whole global batches
         self.total_steps = min(cfg.epochs * steps_per_epoch, cfg.max_steps or math.inf)
