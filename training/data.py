@@ -34,6 +34,7 @@ is refused with an error naming the file.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import queue
 import random
@@ -414,7 +415,7 @@ class StatefulLoader:
 
     def __init__(self, spec: ReaderSpec, num_prefetch: int = 4, num_epochs: int | None = None):
         if not spec.drop_last:
-            spec = ReaderSpec(**{**spec.__dict__, "drop_last": True})  # equal ranks need whole global batches
+            spec = dataclasses.replace(spec, drop_last=True)  # equal ranks need whole global batches
         self.spec, self.num_prefetch, self.num_epochs = spec, num_prefetch, num_epochs
         plan = plan_epoch(spec, 0)  # row counts, hence the batch count, are the same every epoch
         if plan.num_batches == 0:
