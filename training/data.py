@@ -208,36 +208,61 @@ def _window_reads(spec: ReaderSpec, epoch: int, start_batch: int) -> Iterator[_W
 
 def _stream(spec: ReaderSpec, epoch: int, start_batch: int, num_epochs: int | None) -> Iterator[tuple[int, Batch]]:
     """(epoch, batch) for this rank from micro-batch start_batch of epoch on, for num_epochs epochs
-    (None: without end); one set of reads runs ahead across epoch ends."""
-    def epoch_numbers() -> Iterable[int]:
-        return itertools.count(epoch) if num_epochs is None else range(epoch, epoch + num_epochs)
-
-    def windows(number: int) -> Iterator[_WindowRead]:
-        return _window_reads(spec, number, start_batch if number == epoch else 0)
+    (None: without end). Three stages overlap, across epoch ends too: row groups are read by the
+    reads' pool; an assembler thread turns each window into this rank's rows in order (one gather
+    per column, while the previous window is being handed out); batches are slices of that."""
+    def walk() -> Iterator[tuple[int, _WindowRead]]:
+        for number in itertools.count(epoch) if num_epochs is None else range(epoch, epoch + num_epochs):
+            for window in _window_reads(spec, number, start_batch if number == epoch else 0):
+                yield number, window
 
     sizes = spec.row_group_rows
-    ahead = (window for number in epoch_numbers() for window in windows(number))  # the reads' own walk, ahead of ours
-    reads = RowGroupReads(spec, (i for window in ahead for i in window.row_groups if sizes[i]))
+    reads = RowGroupReads(spec, (i for _, window in walk() for i in window.row_groups if sizes[i]))
+    assembler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shardline-assembler")
+
+    def assemble(window: _WindowRead) -> dict[str, np.ndarray]:  # on the assembler thread, windows in order
+        merged = _concat([reads.next() for i in window.row_groups if sizes[i]])
+        rows = _rank_positions(spec, window.lo, window.hi) - window.start
+        order = window_order(spec, window.epoch, window.window, window.rows)
+        if order is None and spec.world_size == 1:  # one contiguous run of rows: views, no copy
+            return {name: values[rows[0]:rows[-1] + 1] for name, values in merged.items()}
+        rows = rows if order is None else order[rows]
+        return {name: np.take(values, rows, axis=0) for name, values in merged.items()}  # faster than values[rows]
+
+    windows = walk()
+    assembling: deque[tuple[int, Future]] = deque()
+
+    def assemble_next() -> None:
+        item = next(windows, None)
+        if item is not None:
+            assembling.append((item[0], assembler.submit(assemble, item[1])))
+
     try:
-        for number in epoch_numbers():
-            parts, pending = [], 0
-            for window in windows(number):
-                merged = _concat([reads.next() for i in window.row_groups if sizes[i]])
-                order = window_order(spec, window.epoch, window.window, window.rows)
-                rows = _rank_positions(spec, window.lo, window.hi) - window.start
-                if order is not None:
-                    rows = order[rows]
-                offset = 0
-                while offset < len(rows):
-                    take = rows[offset:offset + spec.batch_size - pending]
-                    parts.append({name: np.take(values, take, axis=0) for name, values in merged.items()})
-                    pending, offset = pending + len(take), offset + len(take)
-                    if pending == spec.batch_size:
-                        yield number, _to_batch(_concat(parts), spec.pin_memory)
-                        parts, pending = [], 0
-            if parts:  # without drop_last: the epoch's last rows, fewer than a batch
-                yield number, _to_batch(_concat(parts), spec.pin_memory)
+        for _ in range(2):  # the window being handed out and the next one
+            assemble_next()
+        parts, pending, current = [], 0, epoch
+        while assembling:
+            number, future = assembling.popleft()
+            assemble_next()
+            columns = future.result()
+            if number != current:
+                if parts:  # without drop_last: the epoch's last rows, fewer than a batch
+                    yield current, _to_batch(_concat(parts), spec.pin_memory)
+                parts, pending, current = [], 0, number
+            rows, offset = _rows(columns), 0
+            while offset < rows:
+                take = min(spec.batch_size - pending, rows - offset)
+                parts.append({name: values[offset:offset + take] for name, values in columns.items()})
+                pending, offset = pending + take, offset + take
+                if pending == spec.batch_size:
+                    yield number, _to_batch(_concat(parts), spec.pin_memory)
+                    parts, pending = [], 0
+        if parts:
+            yield current, _to_batch(_concat(parts), spec.pin_memory)
     finally:
+        for _, future in assembling:
+            future.cancel()
+        assembler.shutdown(wait=True, cancel_futures=True)  # before the reads close: it may be waiting on one
         reads.close()
 
 
