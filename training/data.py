@@ -490,13 +490,18 @@ class StatefulLoader:
     def __len__(self) -> int:
         return self.num_batches
 
+    def start(self) -> None:
+        """Begin reading from the position now (iterating does it too): a caller with other start-up
+        work to do hides the reader's cold start (imports, checksums, the first window) behind it."""
+        if self._stream is None and (self.num_epochs is None or self.epoch < self.num_epochs):
+            remaining = None if self.num_epochs is None else self.num_epochs - self.epoch
+            self._stream = BackgroundBatches(self.spec, self.epoch, self.batch, self.num_prefetch, num_epochs=remaining)
+
     def __iter__(self) -> Iterator[Batch]:
         """The current epoch's remaining batches; the position counts each one as it is handed out."""
         if self.num_epochs is not None and self.epoch >= self.num_epochs:
             return
-        if self._stream is None:
-            remaining = None if self.num_epochs is None else self.num_epochs - self.epoch
-            self._stream = BackgroundBatches(self.spec, self.epoch, self.batch, self.num_prefetch, num_epochs=remaining)
+        self.start()
         while True:
             epoch, batch = self._stream.next_item()
             assert epoch == self.epoch, (epoch, self.epoch)  # the stream and the position move together

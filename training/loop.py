@@ -402,6 +402,7 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         cfg = self.cfg
         self.resume()
+        self.loader.start()  # its cold start overlaps the logs' set-up below
         if self.processes.is_main:
             where = describe_locations(self.local_dir, self.run_dir, cfg.record_sample_ids)
             if where:
