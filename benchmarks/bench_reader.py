@@ -108,7 +108,7 @@ def main() -> None:
                     open_source(backend, spec.files).close()  # imports and clients, outside the timings
                     for world_size, shuffle in ((1, True), (2, True), (1, False)):
                         spec = split_spec(root, manifest, "train", batch_size=args.batch_size, columns=COLUMNS,
-                                          shuffle=shuffle, seed=0, rank=0, world_size=world_size,
+                                          shuffle=shuffle, seed=0, rank=0, world_size=world_size, drop_last=world_size > 1,
                                           num_workers=args.workers, backend=backend)
                         started, cpu = time.perf_counter(), time.process_time()
                         rows = sum(batch[contract.LABEL].shape[0] for batch in iter_batches(spec, epoch=0))

@@ -133,7 +133,7 @@ class ShardConfig(_Strict):
     row_group_rows: int = Field(8192, ge=1)
     """Upper bound on rows per row group (the groups of a split are equal-sized, to within one row)."""
     divisible_by: int = Field(8, ge=1)
-    """Row groups per split are a multiple of this, so any process count dividing it gets equal shares."""
+    """Row groups per split are a multiple of this (even windows and read-ahead; the reader shares rows evenly over any process count regardless)."""
     compression: Literal["zstd", "snappy"] = "zstd"
     """Parquet compression codec."""
 
@@ -249,7 +249,7 @@ class TrainConfig(_Strict):
     max_steps: int | None = Field(None, ge=1)
     """Stop after this many optimizer steps, even mid-epoch."""
     batch_size: int = Field(32, ge=1)
-    """Rows per micro-batch, per process."""
+    """Rows per micro-batch, per process. A checkpoint resumes on another process count when batch_size x processes x grad_accum_steps (the global batch) stays the same."""
     grad_accum_steps: int = Field(1, ge=1)
     """Micro-batches per optimizer step."""
     optimizer: Literal["adamw", "adam", "sgd", "rmsprop"] = "adamw"
@@ -295,9 +295,9 @@ class TrainConfig(_Strict):
     resume: Literal["auto", "never"] = "auto"
     """auto: continue from the newest valid checkpoint of the same train config and dataset; never: start over."""
     num_reader_workers: int = Field(2, ge=1)
-    """Parallel single-worker Petastorm streams per process."""
+    """Row groups read in parallel per process (each by the reader.backend)."""
     num_shuffle_row_groups: int = Field(4, ge=1)
-    """Row groups mixed together by the in-memory shuffle buffer."""
+    """Row groups whose rows are permuted together (a shuffle window); the loader reads a window ahead."""
     record_sample_ids: bool = False
     """Write the ids each step trained on to run_dir/samples/rank-N.jsonl, to audit the data order."""
     hidden_size: int = Field(128, ge=1)

@@ -1,8 +1,9 @@
 """The training loop, top to bottom: precision, optimizer, schedule, train_step, evaluate, fit.
 
-fit() owns the run's state (step, epoch, batch within the epoch); with the reader's deterministic
-order, that state plus the checkpointed model/optimizer/scheduler/scaler/RNG resumes a killed run
-exactly where it stopped.
+fit() owns the run's state (optimizer steps done); the data position (epoch, samples consumed in
+it over all ranks) is the loader's (training.data.StatefulLoader), and both go into each checkpoint
+with the model/optimizer/scheduler/scaler/RNG, so a killed run resumes exactly where it stopped, also
+on another process count when the global batch (batch_size x processes x grad_accum_steps) is the same.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 import math
 import os
 import random
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -26,7 +28,7 @@ from pipeline import contract, storage
 from pipeline.config import ShardlineConfig, TrainConfig
 from pipeline.errors import ShardlineError
 from training import checkpoint
-from training.data import TASK_COLUMNS, BackgroundBatches, Batch, ReaderSpec, iter_batches, plan_epoch, split_spec
+from training.data import TASK_COLUMNS, Batch, ReaderSpec, StatefulLoader, iter_batches, split_spec
 from training.distributed import Processes, barrier, every_rank, gather, sum_over_ranks
 from training.metrics import (METRICS_FILE, MetricsLog, copy_to_run_dir, describe_locations, drop_records_after,
                               fetch_if_missing, format_stall_report, stall_report)
@@ -36,6 +38,8 @@ from training.models import causal_targets
 RESUMABLE_CHANGES = {"epochs", "max_steps", "log_every", "eval_every", "checkpoint_every", "num_checkpoints_kept",
                      "resume", "num_reader_workers", "record_sample_ids", "device", "nproc", "compile",
                      "launcher", "torchrun", "distributor", "process_group_timeout_s", "eval_timeout_s"}
+# Keys that matter only through their product with the process count, the global batch.
+GLOBAL_BATCH_KEYS = {"batch_size", "grad_accum_steps"}
 # Beside a fingerprint's checkpoints: what they were trained with, so another config can say what differs.
 IDENTITY_FILE = "identity.json"
 SAMPLES_DIR = "samples"
@@ -209,21 +213,35 @@ def macro_f1_of_confusion(matrix: torch.Tensor) -> float:
 
 @dataclass
 class RunState:
-    """Where the run is: optimizer steps done, and the data position (epoch, batches done in it)."""
+    """Where the run is: optimizer steps done, and (from the loader) the epoch and the samples of it
+    consumed over all ranks."""
 
     step: int = 0
     epoch: int = 0
-    batch: int = 0
+    samples: int = 0
+
+
+def global_batch_terms(cfg: TrainConfig, world_size: int) -> dict[str, int]:
+    """The global batch and what makes it up (identity.json keeps the terms, for messages)."""
+    return {"global_batch": cfg.batch_size * world_size * cfg.grad_accum_steps, "batch_size": cfg.batch_size,
+            "processes": world_size, "grad_accum_steps": cfg.grad_accum_steps}
 
 
 def run_identity(config: ShardlineConfig, manifest: contract.Manifest, world_size: int) -> dict[str, Any]:
     """What a checkpoint must have been trained with to be resumed by this config: the train keys
-    that change the result, the dataset's identity and the process count."""
-    train = {k: v for k, v in config.to_dict()["train"].items() if k not in RESUMABLE_CHANGES}
+    that change the result, the dataset's identity and the global batch (not the process count, nor
+    batch_size or grad_accum_steps alone: the data order is in samples, so 6 x 2 processes resumes
+    as 12 x 1 or 4 x 3)."""
+    train = {k: v for k, v in config.to_dict()["train"].items() if k not in RESUMABLE_CHANGES | GLOBAL_BATCH_KEYS}
     # The dataset's own fingerprint, not the manifest file's hash: a --force rebuild of the same
     # content rewrites the manifest (timings) but is the same dataset, so its checkpoints still resume.
     dataset = manifest.dataset_fingerprint or contract.file_sha256(storage.join(config.dataset_dir, contract.MANIFEST_FILE))
-    return {"train": train, "dataset": dataset, "world_size": world_size}
+    return {"train": train, "dataset": dataset, "global_batch": global_batch_terms(config.train, world_size)["global_batch"]}
+
+
+def _describe_global_batch(terms: dict[str, Any]) -> str:
+    return (f"{terms['global_batch']} = batch_size {terms['batch_size']} x {terms['processes']} processes x "
+            f"grad_accum_steps {terms['grad_accum_steps']}")
 
 
 def run_fingerprint(identity: dict[str, Any]) -> str:
@@ -237,8 +255,13 @@ def identity_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
              if old.get("train", {}).get(key) != new["train"].get(key)]
     if old.get("dataset") != new["dataset"]:
         found.append("the dataset (another dataset_fingerprint)")
-    if old.get("world_size") != new["world_size"]:
-        found.append(f"process count {old.get('world_size')} -> {new['world_size']}")
+    if old.get("global_batch") != new["global_batch"]:
+        if "global_batch_terms" in old and "global_batch_terms" in new:
+            found.append(f"global batch {_describe_global_batch(old['global_batch_terms'])} -> "
+                         f"{_describe_global_batch(new['global_batch_terms'])}; to resume, make batch_size x processes "
+                         f"x grad_accum_steps {old['global_batch']} again")
+        else:  # an identity written before the global batch replaced the process count
+            found.append(f"global batch {old.get('global_batch', 'unknown (an older trainer)')} -> {new['global_batch']}")
     return found
 
 
@@ -266,6 +289,14 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _reseed(seed: int, step: int, rank: int) -> None:
+    """Fresh generators for a rank whose saved state belongs to another process count."""
+    value = int.from_bytes(hashlib.sha256(f"{seed}/{step}/{rank}".encode()).digest()[:8], "little")
+    torch.manual_seed(value)
+    np.random.seed(value % 2**32)
+    random.seed(value)
+
+
 def weights_sha256(model: nn.Module) -> str:
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
@@ -287,19 +318,22 @@ class Trainer:
         columns = TASK_COLUMNS[self.task] + ((contract.ID_COLUMN,) if cfg.record_sample_ids else ())
         self.spec = split_spec(
             config.dataset_dir, manifest, "train", batch_size=cfg.batch_size, columns=columns, shuffle=True,
-            seed=cfg.seed, rank=processes.rank, world_size=processes.world_size, num_workers=cfg.num_reader_workers,
-            num_shuffle_row_groups=cfg.num_shuffle_row_groups, pin_memory=self.device.type == "cuda",
-            backend=config.reader.backend, verify_checksums=config.reader.verify_checksums,
+            seed=cfg.seed, rank=processes.rank, world_size=processes.world_size, grad_accum_steps=cfg.grad_accum_steps,
+            drop_last=True, num_workers=cfg.num_reader_workers, num_shuffle_row_groups=cfg.num_shuffle_row_groups,
+            pin_memory=self.device.type == "cuda", backend=config.reader.backend,
+            verify_checksums=config.reader.verify_checksums,
         )
-        self.batches_per_epoch = plan_epoch(self.spec, 0).num_batches  # the same every epoch and on every rank
-        steps_per_epoch = math.ceil(self.batches_per_epoch / cfg.grad_accum_steps)
+        self.loader = StatefulLoader(self.spec, num_epochs=cfg.epochs)  # reads nothing past the run's last epoch
+        self.batches_per_epoch = self.loader.num_batches  # the same every epoch and on every rank
+        steps_per_epoch = self.batches_per_epoch // cfg.grad_accum_steps  # whole global batches
         self.total_steps = min(cfg.epochs * steps_per_epoch, cfg.max_steps or math.inf)
         self.optimizer = build_optimizer(model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg, self.total_steps)
         self.state = RunState()
         self.identity = run_identity(config, manifest, processes.world_size)
         self.fingerprint = run_fingerprint(self.identity)
-        # One folder per fingerprint: a run with another train config, dataset or process count
+        self.global_batch_terms = global_batch_terms(cfg, processes.world_size)
+        # One folder per fingerprint: a run with another train config, dataset or global batch
         # starts fresh beside the old checkpoints (saying what differs), which stay resumable by
         # their own config. That is what lets `shardline run` retrain after a train key changed.
         self.checkpoints_root = storage.join(self.run_dir, checkpoint.CHECKPOINT_DIR)
@@ -312,7 +346,7 @@ class Trainer:
             wrapped = DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         self.ddp = wrapped
         self.train_model = torch.compile(wrapped) if cfg.compile else wrapped
-        self.wait_seconds = self.loop_seconds = 0.0
+        self.loop_seconds = 0.0
         self.last_loss = math.nan
 
     # -- checkpoints ------------------------------------------------------------------------------
@@ -322,10 +356,12 @@ class Trainer:
         rng = gather(_rng_state(), self.processes)  # collective: every rank calls it
         if self.processes.is_main:
             if not self._identity_written:
-                contract.write_json_atomic(storage.join(self.checkpoint_dir, IDENTITY_FILE), self.identity)
+                contract.write_json_atomic(storage.join(self.checkpoint_dir, IDENTITY_FILE),
+                                           {**self.identity, "global_batch_terms": self.global_batch_terms})
                 self._identity_written = True
             state = {
-                "fingerprint": self.fingerprint, "run_state": asdict(self.state), "model": self.model.state_dict(),
+                "fingerprint": self.fingerprint, "run_state": asdict(self.state), "loader": self.loader.state_dict(),
+                "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(), "rng": rng, "last_loss": self.last_loss,
             }
@@ -352,19 +388,27 @@ class Trainer:
         state = found[1] if found else checkpoint.load_verified(chosen)
         if state["fingerprint"] != self.fingerprint:
             raise ShardlineError(
-                f"checkpoint {chosen} was written by a run with a different train config, dataset or process count "
+                f"checkpoint {chosen} was written by a run with a different train config, dataset or global batch "
                 f"than its folder says; delete {self.checkpoint_dir} or set train.resume=never to start over"
             )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
-        _set_rng_state(state["rng"][self.processes.rank])
-        self.state = RunState(**state["run_state"])
+        self.loader.load_state_dict(state["loader"])
+        self.state = RunState(state["run_state"]["step"], self.loader.epoch, self.loader.samples)
         self.last_loss = state["last_loss"]
+        saved_world = state["loader"]["world_size"]
+        if saved_world == self.processes.world_size:
+            _set_rng_state(state["rng"][self.processes.rank])
+        else:  # N ranks' generators cannot become M ranks': each rank draws fresh ones from (seed, step, rank)
+            _reseed(self.cfg.seed, self.state.step, self.processes.rank)
         if self.processes.is_main:
+            changed = "" if saved_world == self.processes.world_size else (
+                f"; written by {saved_world} processes, continued by {self.processes.world_size} with the same global "
+                f"batch of {self.loader.global_batch}: random generators reseeded from (seed, step, rank)")
             print(f"train: resumed from {chosen} (step {self.state.step}, epoch {self.state.epoch}, "
-                  f"batch {self.state.batch})", flush=True)
+                  f"{self.state.samples} of its samples done{changed})", flush=True)
 
     def _report_other_checkpoints(self) -> None:
         """Starting fresh beside checkpoints of another config: say which, and what differs."""
@@ -375,7 +419,8 @@ class Trainer:
             if not checkpoint.candidates(folder):
                 continue
             try:
-                differences = identity_differences(json.loads(storage.read_text(entry.uri)), self.identity)
+                differences = identity_differences(json.loads(storage.read_text(entry.uri)),
+                                                   {**self.identity, "global_batch_terms": self.global_batch_terms})
             except (ValueError, KeyError, TypeError, AttributeError):
                 differences = ["an unreadable identity.json"]
             print(f"train: starting fresh: the checkpoints in {folder} are from another setup "
@@ -396,57 +441,56 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         cfg = self.cfg
         self.resume()
+        self.loader.start()  # its cold start overlaps the logs' set-up below
         if self.processes.is_main:
             where = describe_locations(self.local_dir, self.run_dir, cfg.record_sample_ids)
             if where:
                 print(where, flush=True)
         metrics = MetricsLog(self.local_dir, self.run_dir, self.total_steps, self.state.step, self.processes.is_main)
         samples = self._open_samples_log()
-        window = {"start": time.perf_counter(), "samples": 0, "tokens": 0, "wait": 0.0}
+        if self.processes.is_main and self.state.step == 0 and self.loader.left_out:
+            print(f"train: each epoch trains on {self.loader.rows - self.loader.left_out} of {self.loader.rows} "
+                  f"samples, whole global batches of {self.loader.global_batch}; its last {self.loader.left_out} "
+                  "(other ones each epoch, the order being shuffled) are left out", flush=True)
+        window = {"start": time.perf_counter(), "samples": 0, "tokens": 0, "wait": self.loader.wait_seconds}
         try:
             while self.state.step < self.total_steps:
-                stream = BackgroundBatches(self.spec, self.state.epoch, self.state.batch)
+                stream = iter(self.loader)  # the epoch's remaining batches; the reads behind it run on
                 started = time.perf_counter()
                 try:
                     epoch_ended = False
                     while self.state.step < self.total_steps and not epoch_ended:
-                        wanted = min(cfg.grad_accum_steps, self.batches_per_epoch - self.state.batch)
-                        host_batches = [next(stream) for _ in range(wanted)]
+                        host_batches = [next(stream) for _ in range(cfg.grad_accum_steps)]
                         micro = [to_device(b, self.device) for b in host_batches]
                         result = train_step(self.train_model, micro, self.optimizer, self.scheduler, self.scaler,
                                             self.task, self.autocast_dtype, cfg.max_grad_norm, self.state.step + 1)
                         self.last_loss = result.loss
-                        self.state.step += 1
-                        self.state.batch += wanted
-                        if self.state.batch == self.batches_per_epoch:
-                            self.state = RunState(self.state.step, self.state.epoch + 1, 0)
-                            epoch_ended = True
+                        epoch_ended = self.loader.batch == 0
+                        self.state = RunState(self.state.step + 1, self.loader.epoch, self.loader.samples)
                         if samples is not None:
                             ids = [i for b in host_batches for i in b[contract.ID_COLUMN]]
                             samples.write(json.dumps({"step": self.state.step, "ids": ids}) + "\n")
                             samples.flush()
                         window["samples"] += sum(b[contract.INPUT_IDS].shape[0] for b in host_batches)
                         window["tokens"] += sum(int(b[contract.ATTENTION_MASK].sum()) for b in host_batches)
-                        self._after_step(result, metrics, window, stream, epoch_ended)
+                        self._after_step(result, metrics, window, epoch_ended)
                 finally:
                     self.loop_seconds += time.perf_counter() - started
-                    self.wait_seconds += stream.wait_seconds
-                    stream.close()
             val = self._evaluate_val()
             if val is not None:
                 metrics.log({"step": self.state.step, **{f"val_{k}": v for k, v in val.items()}})
         finally:
+            self.loader.close()
             metrics.close()
             if samples is not None:
                 samples.close()
-        report = stall_report(self.wait_seconds, self.loop_seconds)
+        report = stall_report(self.loader.wait_seconds, self.loop_seconds)
         if self.processes.is_main:
             print(format_stall_report(report), flush=True)
         return {"steps": self.state.step, "final_loss": self.last_loss, "input_stall": report,
                 "weights_sha256_per_rank": gather(weights_sha256(self.model), self.processes)}
 
-    def _after_step(self, result: StepResult, metrics: MetricsLog, window: dict, stream: BackgroundBatches,
-                    epoch_ended: bool) -> None:
+    def _after_step(self, result: StepResult, metrics: MetricsLog, window: dict, epoch_ended: bool) -> None:
         cfg, step = self.cfg, self.state.step
         metrics.advance()
         last = step == self.total_steps
@@ -459,10 +503,10 @@ class Trainer:
                 "lr": self.scheduler.get_last_lr()[0], "grad_norm": round(result.grad_norm, 6),
                 "samples_per_s": round(world * window["samples"] / elapsed, 1),
                 "tokens_per_s": round(world * window["tokens"] / elapsed, 1),
-                "input_wait_fraction": round((self.wait_seconds + stream.wait_seconds - window["wait"]) / elapsed, 4),
+                "input_wait_fraction": round((self.loader.wait_seconds - window["wait"]) / elapsed, 4),
             }
             metrics.log(record, console=True)
-            window.update(start=now, samples=0, tokens=0, wait=self.wait_seconds + stream.wait_seconds)
+            window.update(start=now, samples=0, tokens=0, wait=self.loader.wait_seconds)
         if cfg.eval_every and step % cfg.eval_every == 0 and not last:
             val = self._evaluate_val()
             if val is not None:
@@ -484,11 +528,25 @@ class Trainer:
         return val if self.processes.is_main else None
 
     def _open_samples_log(self):
-        """samples/rank-N.jsonl on local disk (appended), trimmed to the resumed step."""
+        """samples/rank-N.jsonl on local disk (appended), trimmed to the resumed step; the main
+        process also trims the logs of ranks this run does not have (it resumed on fewer processes),
+        so that every log, read together, says what trained up to this step."""
         if not self.cfg.record_sample_ids:
             return None
+        if self.processes.is_main:
+            self._trim_samples_of_absent_ranks()
         name = self._samples_name()
         fetch_if_missing(self.run_dir, self.local_dir, name)
         path = os.path.join(self.local_dir, *name.split("/"))
         drop_records_after(path, self.state.step)
         return open(path, "a", encoding="utf-8")
+
+    def _trim_samples_of_absent_ranks(self) -> None:
+        listed = [storage.basename(e.uri) for root in {storage.normalize(self.local_dir), storage.normalize(self.run_dir)}
+                  for e in storage.list_files(storage.join(root, SAMPLES_DIR), recursive=False)]
+        ranks = {int(m.group(1)) for m in map(re.compile(r"^rank-(\d+)\.jsonl$").match, listed) if m}
+        for rank in sorted(r for r in ranks if r >= self.processes.world_size):
+            name = f"{SAMPLES_DIR}/rank-{rank}.jsonl"
+            fetch_if_missing(self.run_dir, self.local_dir, name)
+            drop_records_after(os.path.join(self.local_dir, *name.split("/")), self.state.step)
+            copy_to_run_dir(self.local_dir, self.run_dir, [name])

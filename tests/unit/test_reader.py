@@ -1,7 +1,8 @@
-"""The reader's plan and order: deterministic, rank-even, resumable, reading only the manifest's files,
-for both row-group backends (Petastorm, pyarrow.fs) on local disk and on a real S3 server (moto)."""
+"""The reader's plan and order: deterministic, the same global order for any process count, ranks
+even at row granularity, resumable (also elastically) through the stateful loader, reading only the
+manifest's files (and, on a seek, only the windows still needed), for both row-group backends
+(Petastorm, pyarrow.fs) on local disk and on a real S3 server (moto)."""
 import importlib.util
-import math
 import re
 import time
 
@@ -11,7 +12,7 @@ from parquet_datasets import classification_table, parquet_bytes, write_classifi
 from pipeline import contract, storage
 from pipeline.config import ConfigError, build_config
 from training.data import (
-    TASK_COLUMNS, BackgroundBatches, DatasetChangedError, iter_batches, plan_epoch, split_spec,
+    TASK_COLUMNS, BackgroundBatches, DatasetChangedError, StatefulLoader, iter_batches, plan_epoch, split_spec,
 )
 
 COLUMNS = TASK_COLUMNS["classification"] + (contract.ID_COLUMN,)
@@ -61,41 +62,140 @@ def test_one_process_sees_every_row_once_per_epoch_in_a_seeded_order(uneven, bac
 def test_both_backends_give_the_same_batches(uneven):
     pytest.importorskip("petastorm")
     # The order is the reader's plan, not the backend's: switching reader.backend changes nothing.
-    for options in ({}, {"rank": 1, "world_size": 2}, {"shuffle": False}):
+    for options in ({}, {"rank": 1, "world_size": 2, "drop_last": True}, {"shuffle": False}):
         assert _ids(_spec(uneven, "petastorm", **options)) == _ids(_spec(uneven, "pyarrow", **options))
+
+
+def _rank_spec(dataset, backend, world_size, rank=0, global_batch=12, **options):
+    # The same global batch split over world_size ranks (12 = 12 x 1 = 6 x 2 = 4 x 3 = 3 x 4).
+    return _spec(dataset, backend, rank=rank, world_size=world_size, batch_size=global_batch // world_size,
+                 drop_last=True, **options)
+
+
+def _global_stream(dataset, backend, world_size, epoch=0, **options):
+    """Every rank's batches of an epoch, put back in global order: round k is micro-batch k of rank 0, 1, ..."""
+    per_rank = [_ids(_rank_spec(dataset, backend, world_size, rank, **options), epoch) for rank in range(world_size)]
+    assert len({len(batches) for batches in per_rank}) == 1  # every rank the same number of batches
+    return [i for round_ in zip(*per_rank) for batch in round_ for i in batch]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
-def test_uneven_shards_give_every_rank_the_same_batch_count_and_disjoint_rows(uneven, backend, world_size):
-    sizes = [rows for file_groups in UNEVEN for rows in file_groups]
-    rows_per_rank = [sum(sizes[rank::world_size]) for rank in range(world_size)]
-    assert world_size == 1 or len(set(rows_per_rank)) > 1  # genuinely uneven
-    expected_batches = min(math.ceil(rows / 8) for rows in rows_per_rank)
-    seen = []
+def test_five_uneven_row_groups_give_every_rank_the_same_batch_count_and_disjoint_rows(uneven, backend, world_size):
+    # Row groups of 50, 7, 30, 3, 21 rows: no rank count divides them evenly, and 4 ranks share 5 of them.
+    seen, counts = [], []
     for rank in range(world_size):
-        spec = _spec(uneven, backend, rank=rank, world_size=world_size)
+        spec = _spec(uneven, backend, rank=rank, world_size=world_size, batch_size=8, drop_last=True)
         batches = _ids(spec)
-        assert len(batches) == plan_epoch(spec, 0).num_batches == expected_batches
-        assert all(len(b) == 8 for b in batches[:-1])
+        counts.append(len(batches))
+        assert len(batches) == plan_epoch(spec, 0).num_batches
+        assert all(len(b) == 8 for b in batches)
         seen.append({i for b in batches for i in b})
         assert sum(len(b) for b in batches) == len(seen[-1])
+    assert len(set(counts)) == 1
     assert sum(len(s) for s in seen) == len(set().union(*seen))  # no row on two ranks
-    if world_size == 1:
-        assert sorted(seen[0]) == ALL_IDS
+    left_out = set(ALL_IDS) - set().union(*seen)
+    assert len(left_out) == 111 % (8 * world_size) == plan_epoch(spec, 0).left_out < 8 * world_size
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("rank, world_size, batch_size, num_batches", [(0, 1, 8, 14), (0, 2, 3, 4), (1, 2, 3, 4)])
-def test_starting_mid_epoch_continues_the_same_order(uneven, backend, rank, world_size, batch_size, num_batches):
-    # One row group per shuffle window, so later starts skip whole windows. With batch 3 on 2 ranks,
-    # rank 1 holds 10 rows (4 batches) and rank 0, with 101 rows, takes 4 batches too.
-    spec = _spec(uneven, backend, rank=rank, world_size=world_size, batch_size=batch_size, num_shuffle_row_groups=1)
-    full = _ids(spec, epoch=1)
-    assert len(full) == num_batches
-    for start in (1, num_batches // 2, num_batches - 1):
-        assert _ids(spec, epoch=1, start_batch=start) == full[start:]
-    assert _ids(spec, epoch=1, start_batch=num_batches) == []
+def test_the_global_order_is_the_same_for_any_process_count(uneven, backend):
+    # With the same global batch, the ranks' batches put back together are one and the same sequence:
+    # what lets a run checkpointed on N processes continue on M.
+    streams = {world_size: _global_stream(uneven, backend, world_size, epoch=1) for world_size in (1, 2, 3, 4)}
+    assert len(streams[1]) == 108 and len(set(streams[1])) == 108  # 9 global batches of 12; 3 rows left out
+    assert all(stream == streams[1] for stream in streams.values())
+    assert _global_stream(uneven, backend, 2, epoch=0) != streams[1]  # another epoch, another order
+
+
+def _loader(dataset, world_size=1, rank=0, global_batch=12, **options):
+    return StatefulLoader(_rank_spec(dataset, "pyarrow", world_size, rank, global_batch, **options), num_prefetch=2)
+
+
+def _take(loader, count):
+    """count batches from the loader, across epoch ends, as lists of ids."""
+    taken = []
+    while len(taken) < count:
+        for batch in loader:
+            taken.append(list(batch[contract.ID_COLUMN]))
+            if len(taken) == count:
+                break
+    return taken
+
+
+@pytest.mark.parametrize("position", ["very start", "mid row group", "last batch", "epoch boundary"])
+def test_the_loader_resumes_at_any_position_as_if_never_stopped(uneven, position):
+    # One row group per window; batches of 4 on one rank, 27 an epoch (108 of 111 rows).
+    reference = _loader(uneven, global_batch=4, num_shuffle_row_groups=1)
+    try:
+        assert reference.num_batches == 27
+        straight = _take(reference, 2 * 27)
+    finally:
+        reference.close()
+    done = {"very start": 0, "mid row group": 13, "last batch": 26, "epoch boundary": 27}[position]
+    first = _loader(uneven, global_batch=4, num_shuffle_row_groups=1)
+    try:
+        before = _take(first, done)
+        state = first.state_dict()
+    finally:
+        first.close()
+    assert state == {"epoch": done // 27, "samples": 4 * (done % 27), "global_batch": 4, "world_size": 1}
+    second = _loader(uneven, global_batch=4, num_shuffle_row_groups=1)
+    try:
+        second.load_state_dict(state)
+        after = _take(second, 2 * 27 - done)
+    finally:
+        second.close()
+    assert before + after == straight
+
+
+def test_a_position_from_two_ranks_resumes_on_three_with_every_sample_once(uneven):
+    def global_rounds(world_size, skip_rounds, state=None, rounds=None):
+        loaders = [_loader(uneven, world_size, rank) for rank in range(world_size)]
+        try:
+            for loader in loaders:
+                if state is not None:
+                    loader.load_state_dict(state)
+            per_rank = [_take(loader, rounds) for loader in loaders]
+            return [i for round_ in zip(*per_rank) for b in round_ for i in b], loaders[0].state_dict()
+        finally:
+            for loader in loaders:
+                loader.close()
+
+    straight, _ = global_rounds(1, 0, rounds=9)  # one epoch: 9 global batches of 12
+    head, state = global_rounds(2, 0, rounds=4)  # 4 of them on 2 ranks (6 each)
+    assert state == {"epoch": 0, "samples": 48, "global_batch": 12, "world_size": 2}
+    tail, _ = global_rounds(3, 0, state=state, rounds=5)  # the other 5 on 3 ranks (4 each)
+    assert head + tail == straight and len(set(straight)) == 108
+    with pytest.raises(ValueError, match=re.escape("global batch of 12 samples, and this run's is 8 (batch_size 4 x "
+                                                   "2 processes x grad_accum_steps 1); keep the product the same")):
+        _loader(uneven, 2, global_batch=8).load_state_dict(state)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_seek_reads_only_the_windows_that_hold_the_remaining_samples(tmp_path, backend):
+    # One file per row group: the files holding only earlier windows are deleted, so reading any of
+    # them would fail (check_file: "listed in the manifest but is missing").
+    dataset = (str(tmp_path), write_classification_dataset(tmp_path, [[20], [20], [20], [20], [20], [20]]))
+    spec = _spec(dataset, backend, batch_size=10, drop_last=True, num_shuffle_row_groups=2)
+    plan = plan_epoch(spec, 3)
+    full = _ids(spec, epoch=3)
+    assert len(plan.windows) == 3 and len(full) == 12
+    keep = set(plan.windows[-1])
+    for index, uri in enumerate(dataset[1].split_files(str(tmp_path), "train")):
+        if index not in keep:
+            storage.delete(uri)
+    assert _ids(spec, epoch=3, start_batch=9) == full[9:]  # the last window's second half
+
+
+def test_fewer_row_groups_than_ranks_and_too_small_a_dataset(tmp_path):
+    dataset = (str(tmp_path), write_classification_dataset(tmp_path, [[10, 9]]))
+    batches = [_ids(_spec(dataset, "pyarrow", rank=rank, world_size=6, batch_size=3, drop_last=True)) for rank in range(6)]
+    assert [len(b) for b in batches] == [1] * 6  # 18 of 19 rows, 3 on each of 6 ranks from 2 row groups
+    assert len({i for b in batches for batch in b for i in batch}) == 18
+    with pytest.raises(ValueError, match=re.escape("has 19 samples, fewer than one global batch of 20 (train.batch_size "
+                                                   "10 x 2 processes x train.grad_accum_steps 1); lower one of them")):
+        StatefulLoader(_spec(dataset, "pyarrow", world_size=2, batch_size=10, drop_last=True))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -110,9 +210,9 @@ def test_empty_row_groups_are_planned_but_not_read(tmp_path, backend):
     # A tiny split can have empty row groups; Petastorm returns nothing for one, so none is asked for.
     manifest = write_classification_dataset(tmp_path, [[8, 0], [0, 7]])
     assert manifest.splits["train"].row_group_rows == [8, 0, 0, 7]
-    for rank, world_size, sizes in ((0, 1, [4, 4, 4, 3]), (0, 2, [4, 4]), (1, 2, [4, 3])):
+    for rank, world_size, sizes in ((0, 1, [4, 4, 4, 3]), (0, 2, [4]), (1, 2, [4])):
         spec = split_spec(tmp_path, manifest, "train", batch_size=4, columns=COLUMNS, shuffle=True,
-                          rank=rank, world_size=world_size, backend=backend)
+                          rank=rank, world_size=world_size, drop_last=world_size > 1, backend=backend)
         batches = _ids(spec)
         assert [len(b) for b in batches] == sizes
         assert len({i for b in batches for i in b}) == sum(sizes)
@@ -197,12 +297,6 @@ def test_a_manifest_whose_row_counts_disagree_with_the_file_is_an_error(dataset_
     uri = manifest.split_files(dataset_dir, "train")[0]
     with pytest.raises(DatasetChangedError, match=re.escape(f"{uri}: row group 0 has 10 rows but the manifest says 6")):
         _ids(spec)
-
-
-def test_more_processes_than_row_groups_is_refused(tmp_path):
-    dataset = (str(tmp_path), write_classification_dataset(tmp_path, UNEVEN))
-    with pytest.raises(ValueError, match="5 row groups for 6 processes"):
-        plan_epoch(_spec(dataset, "pyarrow", world_size=6), 0)
 
 
 def test_a_manifest_without_a_file_list_is_refused(tmp_path):

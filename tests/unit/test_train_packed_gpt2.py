@@ -73,3 +73,28 @@ def test_an_unfinished_dataset_is_not_read(tmp_path):
     (tmp_path / "dataset" / contract.SUCCESS_FILE).unlink()
     with pytest.raises(contract.DatasetNotReadyError, match="has no _SUCCESS"):
         train(_config(tmp_path))
+
+
+def _samples_by_step(run_dir):
+    return {r["step"]: r["ids"] for r in map(json.loads, (run_dir / "samples" / "rank-0.jsonl").read_text().splitlines())}
+
+
+def test_a_packed_run_stopped_and_resumed_trains_on_every_block_once_per_epoch(tmp_path):
+    # A sample is a packed block (a row): the loader's position counts blocks, never documents, so
+    # resuming neither repeats nor skips one whatever the packing ratio.
+    runs = {}
+    for name, stops in (("straight", [None]), ("resumed", [5, 9, None])):
+        run_dir = tmp_path / name
+        manifest = write_causal_dataset(run_dir / "dataset")
+        (run_dir / "tokenizer").mkdir()
+        for max_steps in stops:  # max_steps may change on resume; the run stops there with a checkpoint
+            train(_config(run_dir, epochs=2, batch_size=4, grad_accum_steps=2, eval_every=None, record_sample_ids=True,
+                          max_steps=max_steps))
+        runs[name] = _samples_by_step(run_dir)
+    rows = manifest.splits["train"].rows
+    steps_per_epoch = rows // 8
+    assert runs["resumed"] == runs["straight"] and sorted(runs["straight"]) == list(range(1, 2 * steps_per_epoch + 1))
+    for epoch in range(2):
+        blocks = [i for step in range(epoch * steps_per_epoch + 1, (epoch + 1) * steps_per_epoch + 1)
+                  for i in runs["straight"][step]]
+        assert len(blocks) == len(set(blocks)) == rows - rows % 8 and all(i.startswith("block-") for i in blocks)

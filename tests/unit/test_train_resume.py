@@ -72,7 +72,28 @@ def test_another_train_config_starts_fresh_saying_what_differs_and_the_old_one_s
 
     train(_config(run_dir, max_steps=6))  # max_steps may change on resume: same setup as the first run
     out = capsys.readouterr().out
-    assert f"train: resumed from {run_dir / 'checkpoints' / first / 'step-00000004.pt'} (step 4, epoch 0, batch 4)" in out
+    assert f"train: resumed from {run_dir / 'checkpoints' / first / 'step-00000004.pt'} (step 4, epoch 0, 32 of its samples done)" in out
+
+
+def test_the_same_global_batch_made_up_otherwise_resumes_and_another_one_says_what_must_match(tmp_path, capsys):
+    run_dir = _new_run(tmp_path)
+    train(_config(run_dir, max_steps=4, record_sample_ids=True))
+    [first] = {name.split("/")[0] for name in _checkpoints(run_dir)}
+    capsys.readouterr()
+
+    # 8 x 1 process x 1 = 4 x 1 x 2: the same 8 samples a step, so it continues the same order.
+    train(_config(run_dir, max_steps=6, batch_size=4, grad_accum_steps=2, record_sample_ids=True))
+    out = capsys.readouterr().out
+    assert f"train: resumed from {run_dir / 'checkpoints' / first / 'step-00000004.pt'} (step 4, epoch 0, 32 of" in out
+    ids = [i for line in (run_dir / "samples" / "rank-0.jsonl").read_text().splitlines() for i in json.loads(line)["ids"]]
+    assert len(ids) == 48 and len(set(ids)) == 48
+
+    train(_config(run_dir, max_steps=6, batch_size=4, record_sample_ids=True))
+    out = capsys.readouterr().out
+    assert "resumed from" not in out
+    # identity.json says how the run that last wrote a checkpoint there made up its global batch.
+    assert ("(global batch 8 = batch_size 4 x 1 processes x grad_accum_steps 2 -> 4 = batch_size 4 x 1 processes x "
+            "grad_accum_steps 1; to resume, make batch_size x processes x grad_accum_steps 8 again; theirs -> this run's)") in out
 
 
 class _RunsCode:
@@ -155,7 +176,7 @@ def test_train_evaluate_and_resume_on_an_s3_run_dir(tmp_path, s3_bucket, monkeyp
     # Another machine (an empty local dir) resumes from the bucket's checkpoint and logs.
     train(_config(run_dir, tmp_path / "machine-2", max_steps=6, record_sample_ids=True))
     out = capsys.readouterr().out
-    assert f"train: resumed from {run_dir}/checkpoints/{folder}/step-00000004.pt (step 4, epoch 0, batch 4)" in out
+    assert f"train: resumed from {run_dir}/checkpoints/{folder}/step-00000004.pt (step 4, epoch 0, 32 of its samples done)" in out
     assert _steps(f"{run_dir}/metrics.jsonl") == [1, 2, 3, 4, 5, 6]
     samples = [json.loads(line)["step"] for line in storage.read_text(f"{run_dir}/samples/rank-0.jsonl").splitlines()]
     assert samples == [1, 2, 3, 4, 5, 6]
