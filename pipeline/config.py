@@ -281,7 +281,7 @@ class TrainConfig(_Strict):
     process_group_timeout_s: float = Field(1800.0, gt=0)
     """Seconds a rank waits for the others in a collective before the job fails (torch.distributed's timeout)."""
     eval_timeout_s: float = Field(6 * 3600.0, gt=0)
-    """Seconds a rank that finished its share of a validation pass waits for the slowest rank (a separate process group, so a long evaluation does not hit process_group_timeout_s)."""
+    """Seconds a rank waits for work that takes another rank longer: the slowest share of a validation pass, rank 0 saving or verifying a checkpoint (a separate process group, so that work does not hit process_group_timeout_s)."""
     seed: int = 0
     """Seeds the weights' initialization, the data order and the shuffle buffer."""
     log_every: int = Field(10, ge=1)

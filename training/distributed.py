@@ -4,10 +4,11 @@ CPU. Alone, the same code runs as rank 0 of 1.
 
 Two process groups. The default one (train.process_group_timeout_s) carries training's collectives,
 where every rank does the same work, so a rank missing for that long is hung or dead and the job
-should fail. The eval group (gloo, train.eval_timeout_s) carries only the reduction at the end of a
-sharded validation pass: a rank that finished its share waits there for the slowest one, for as
-long as evaluating a share may take, without the default group timing out. Both groups then leave
-the pass together, so the next training collective starts with every rank present."""
+should fail. The long-wait group (gloo, train.eval_timeout_s) carries only the waits for work that
+takes one rank longer than the others: the reduction at the end of a sharded validation pass (a
+rank that finished its share waits for the slowest one), and rank 0 saving a checkpoint or finding
+the one to resume. Every rank leaves such a wait together, so the next training collective starts
+with every rank present."""
 from __future__ import annotations
 
 import os
@@ -24,7 +25,7 @@ class Processes:
     rank: int
     world_size: int
     device: torch.device
-    eval_group: Any = None  # the gloo group for validation's reduction (see the module docstring)
+    long_wait_group: Any = None  # the gloo group for waits on one rank's longer work (see the module docstring)
 
     @property
     def is_main(self) -> bool:
@@ -51,8 +52,8 @@ def init(requested_device: str, timeout_s: float = 1800.0, eval_timeout_s: float
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(seconds=timeout_s))
-    eval_group = dist.new_group(backend="gloo", timeout=timedelta(seconds=eval_timeout_s))
-    return Processes(dist.get_rank(), world_size, device, eval_group)
+    long_wait_group = dist.new_group(backend="gloo", timeout=timedelta(seconds=eval_timeout_s))
+    return Processes(dist.get_rank(), world_size, device, long_wait_group)
 
 
 def teardown() -> None:
@@ -69,9 +70,12 @@ def gather(value: Any, processes: Processes) -> list[Any]:
     return gathered
 
 
-def barrier(processes: Processes) -> None:
+def wait_for_main(processes: Processes) -> None:
+    """Every rank waits here until rank 0 is done with work it does alone (a checkpoint save to an
+    object store, verifying the checkpoint to resume), on the long-wait group: that work, however
+    slow, is not a hang for the default group's timeout to catch."""
     if processes.world_size > 1:
-        dist.barrier()
+        dist.barrier(group=processes.long_wait_group)
 
 
 def every_rank(value: float) -> list[float]:
@@ -88,8 +92,8 @@ def every_rank(value: float) -> list[float]:
 
 
 def sum_over_ranks(values: torch.Tensor, processes: Processes | None) -> torch.Tensor:
-    """values (a CPU tensor) summed over every rank, on the eval group; alone, values itself."""
+    """values (a CPU tensor) summed over every rank, on the long-wait group; alone, values itself."""
     if processes is None or processes.world_size == 1:
         return values
-    dist.all_reduce(values, group=processes.eval_group)
+    dist.all_reduce(values, group=processes.long_wait_group)
     return values

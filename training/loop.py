@@ -29,7 +29,7 @@ from pipeline.config import ShardlineConfig, TrainConfig
 from pipeline.errors import ShardlineError
 from training import checkpoint
 from training.data import TASK_COLUMNS, Batch, ReaderSpec, StatefulLoader, iter_batches, split_spec
-from training.distributed import Processes, barrier, every_rank, gather, sum_over_ranks
+from training.distributed import Processes, every_rank, gather, sum_over_ranks, wait_for_main
 from training.metrics import (METRICS_FILE, MetricsLog, copy_to_run_dir, describe_locations, drop_records_after,
                               fetch_if_missing, format_stall_report, stall_report)
 from training.models import causal_targets
@@ -366,7 +366,7 @@ class Trainer:
                 "scaler": self.scaler.state_dict(), "rng": rng, "last_loss": self.last_loss,
             }
             checkpoint.save(self.checkpoint_dir, self.state.step, state, self.cfg.num_checkpoints_kept)
-        barrier(self.processes)
+        wait_for_main(self.processes)
 
     def resume(self) -> None:
         """train.resume auto: continue from this config's newest valid checkpoint, if any;
@@ -377,9 +377,10 @@ class Trainer:
                 if deleted:
                     print(f"train: train.resume=never: deleted {deleted} checkpoint(s) in {self.checkpoint_dir}; "
                           "starting from step 0", flush=True)
-            barrier(self.processes)
+            wait_for_main(self.processes)
             return
         found = checkpoint.latest_valid(self.checkpoint_dir) if self.processes.is_main else None
+        wait_for_main(self.processes)
         chosen = gather(found[0] if found else None, self.processes)[0]  # every rank resumes rank 0's pick
         if chosen is None:
             if self.processes.is_main:

@@ -138,16 +138,19 @@ def test_torch_distributor_in_local_mode_trains_the_same_model_as_torchrun(built
     assert json.loads((by_spark / "eval.json").read_text()) == json.loads((by_torchrun / "eval.json").read_text())
 
 
-def test_a_validation_share_slower_than_the_process_group_timeout_does_not_stop_the_run(built, tmp_path):
+def test_rank_0_work_slower_than_the_process_group_timeout_does_not_stop_the_run(built, tmp_path):
+    """A validation share and the checkpoint saves, each 15 s late on rank 0, against a 10 s timeout."""
     run_dir = _new_run(built, "slow-eval")
     fault_log = tmp_path / "faults.log"
-    env = _env(PYTHONPATH=f"{FAULTS}{os.pathsep}{REPO_ROOT}", SHARDLINE_FAULT="slow-eval", SHARDLINE_FAULT_RANK="0",
-               SHARDLINE_FAULT_SLEEP_S="25", SHARDLINE_FAULT_LOG=str(fault_log))
-    # Rank 1 finishes its share at once, then waits 25 s for rank 0's: 2.5 times the default group's timeout.
+    env = _env(PYTHONPATH=f"{FAULTS}{os.pathsep}{REPO_ROOT}", SHARDLINE_FAULT="slow-eval,slow-save",
+               SHARDLINE_FAULT_RANK="0", SHARDLINE_FAULT_SLEEP_S="15", SHARDLINE_FAULT_LOG=str(fault_log))
+    # Rank 1 finishes its share (or reaches the barrier after a save) at once, then waits 15 s for rank 0.
     result = _shardline(run_dir, "train", "--set", "train.nproc=2", "--set", "train.process_group_timeout_s=10",
                         "--set", "train.eval_every=4", "--set", "train.max_steps=6", env=env)
     assert result.returncode == 0, result.stderr[-3000:] + _log(run_dir)[-5000:]
-    assert fault_log.read_text().count("rank 0: evaluation delayed 25.0 s") >= 2  # mid-run and final passes
+    fired = fault_log.read_text()
+    assert fired.count("rank 0: evaluation delayed 15.0 s") >= 2  # mid-run and final passes
+    assert fired.count("rank 0: checkpoint save delayed 15.0 s") >= 1
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "val_loss" in r][0] == 4 and (run_dir / "model" / "lineage.json").exists()
 

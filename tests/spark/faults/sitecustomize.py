@@ -3,24 +3,35 @@ this directory on PYTHONPATH. Product code has no hook: this wraps training.loop
 outside, only in the training process whose RANK (set by torchrun) is SHARDLINE_FAULT_RANK.
 
 SHARDLINE_FAULT=slow-eval: that rank's validation pass starts SHARDLINE_FAULT_SLEEP_S seconds late
-(longer than train.process_group_timeout_s in the test); SHARDLINE_FAULT=nan-loss: that rank's
+(longer than train.process_group_timeout_s in the test); slow-save: its checkpoint saves take that
+much longer (rank 0 is the one that saves); several modes are comma-separated. nan-loss: that rank's
 training loss becomes NaN from its SHARDLINE_FAULT_STEP-th training forward pass on.
 SHARDLINE_FAULT_LOG names a file that gets a line each time a fault fires.
 """
 import os
 
-_MODE = os.environ.get("SHARDLINE_FAULT")
+_MODES = set(os.environ.get("SHARDLINE_FAULT", "").split(","))
 
-if _MODE in ("slow-eval", "nan-loss") and os.environ.get("RANK") == os.environ.get("SHARDLINE_FAULT_RANK", "0"):
+if _MODES & {"slow-eval", "slow-save", "nan-loss"} and os.environ.get("RANK") == os.environ.get("SHARDLINE_FAULT_RANK", "0"):
     import time
 
-    from training import loop
+    from training import checkpoint, loop
 
     def _note(line: str) -> None:
         with open(os.environ["SHARDLINE_FAULT_LOG"], "a") as log:
             log.write(line + "\n")
 
-    if _MODE == "slow-eval":
+    if "slow-save" in _MODES:
+        _save = checkpoint.save
+
+        def save(*args, **kwargs):
+            seconds = float(os.environ["SHARDLINE_FAULT_SLEEP_S"])
+            _note(f"rank {os.environ['RANK']}: checkpoint save delayed {seconds} s")
+            time.sleep(seconds)
+            return _save(*args, **kwargs)
+
+        checkpoint.save = save
+    if "slow-eval" in _MODES:
         _evaluate = loop.evaluate
 
         def evaluate(*args, **kwargs):
@@ -30,7 +41,7 @@ if _MODE in ("slow-eval", "nan-loss") and os.environ.get("RANK") == os.environ.g
             return _evaluate(*args, **kwargs)
 
         loop.evaluate = evaluate
-    else:
+    if "nan-loss" in _MODES:
         _forward_loss = loop.forward_loss
         _calls = [0]
 
