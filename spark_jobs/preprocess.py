@@ -159,16 +159,26 @@ def causal_lm_eos_id(tokenizer) -> int:
     return eos_id
 
 
-def label_map_of(config: ShardlineConfig, docs: DataFrame) -> dict[str, int]:
+def label_map_of(config: ShardlineConfig, found_labels: list[str]) -> dict[str, int]:
+    """Label name -> id: the configured labels, else every (trimmed) label the documents carry."""
     if config.preprocess.task != "classification":
         return {}
     if config.data.label_column is None:
         raise ConfigError("config key data.label_column: required key is missing for preprocess.task classification")
-    if config.data.labels is not None:
-        names = sorted(set(config.data.labels))
-    else:
-        names = sorted(r[0] for r in docs.select(F.trim(F.col(read.LABEL_RAW))).distinct().collect())
+    names = sorted(set(config.data.labels if config.data.labels is not None else found_labels))
     return {name: index for index, name in enumerate(names)}
+
+
+def count_records(records: DataFrame, with_labels: bool) -> tuple[int, int, list[str]]:
+    """(input records, rejects, the distinct trimmed labels of the documents) in one aggregation
+    over the read records: one small job instead of a count per term and a distinct()."""
+    is_reject = F.col(read.REJECT_REASON).isNotNull()
+    label = F.when(~is_reject, F.trim(F.col(read.LABEL_RAW))) if with_labels else F.lit(None).cast("string")
+    groups = records.groupBy(is_reject.alias("reject"), label.alias("label")).count().collect()
+    input_records = sum(row["count"] for row in groups)
+    rejected = sum(row["count"] for row in groups if row["reject"])
+    labels = sorted(row["label"] for row in groups if not row["reject"] and row["label"] is not None)
+    return input_records, rejected, labels
 
 
 def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | None = None) -> contract.Manifest:
@@ -185,20 +195,21 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
     files = files if files is not None else read.resolve_input_files(config.data.input)
     dataset_dir = config.dataset_dir
     build_id = begin_build(dataset_dir)
-    records = read_clean(spark, config, files).persist(StorageLevel.MEMORY_AND_DISK)  # read once, used four times
+    records = read_clean(spark, config, files).persist(StorageLevel.MEMORY_AND_DISK)  # read once, used three times
     good, rejected = read.split_rejects(records)
-    rejects_files = shard.write_rejects(rejected, dataset_dir, "zstd", build_id)
+    wants_labels = pre.task == "classification" and config.data.labels is None
+    input_records, num_rejected, found_labels = count_records(records, wants_labels)
     # Each term of the manifest's identity is counted where it happens, so a lost row shows:
-    # rejects by what the rejects writers wrote, documents by what the shard writers wrote.
-    input_records = records.count()
+    # rejects by what the rejects writers wrote, documents by what the shard writers wrote. With
+    # no rejects at all, the writer pass (a Python task per read partition) is skipped.
+    rejects_files = shard.write_rejects(rejected, dataset_dir, "zstd", build_id) if num_rejected else []
     rejects_by_reason = shard.rejects_by_reason(rejects_files)
-    num_good = good.count()
     lap("read_clean")
 
-    tokenizer = prepare_tokenizer(config, good.select(read.TEXT), num_good)
+    tokenizer = prepare_tokenizer(config, good.select(read.TEXT), input_records - num_rejected)
     with storage.staged_local_dir(storage.join(dataset_dir, "tokenizer")) as staging:
         tokenizer.save_pretrained(staging)  # the dataset decodes on its own
-    label_map = label_map_of(config, good)
+    label_map = label_map_of(config, found_labels)
     lap("tokenizer")
 
     num_partitions = read.num_partitions_for(files, pre.num_partitions)
