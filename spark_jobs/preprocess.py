@@ -32,6 +32,8 @@ from spark_jobs.manifest import begin_build, publish, remove_unlisted, token_sta
 from spark_jobs.manifest import split_stats as split_stats_of
 from spark_jobs.progress import SparkProgress
 
+PERSIST = StorageLevel.DISK_ONLY  # what the job reuses (records, token rows): see build_dataset
+
 # Changing any config section outside these never rebuilds a dataset.
 DATASET_SECTIONS = contract.DATASET_SECTIONS
 
@@ -195,7 +197,11 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
     files = files if files is not None else read.resolve_input_files(config.data.input)
     dataset_dir = config.dataset_dir
     build_id = begin_build(dataset_dir)
-    records = read_clean(spark, config, files).persist(StorageLevel.MEMORY_AND_DISK)  # read once, used three times
+    # Read once, used up to three times. On disk, not in memory: the in-memory columnar cache builds
+    # each batch in heap buffers the memory store does not account for, and a 1 GB corpus filled a
+    # 1 GB heap with cached blocks until a task's batch no longer fit (OutOfMemoryError); on disk
+    # the heap holds one batch per task, whatever the corpus size.
+    records = read_clean(spark, config, files).persist(PERSIST)
     good, rejected = read.split_rejects(records)
     wants_labels = pre.task == "classification" and config.data.labels is None
     input_records, num_rejected, found_labels = count_records(records, wants_labels)
@@ -220,7 +226,7 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
         encoded = encode.encode_unpadded(
             ordered.select(contract.ID_COLUMN, split.SPLIT, read.TEXT, contract.LABEL), backend_json(tokenizer),
             pre.max_length,
-        ).persist(StorageLevel.MEMORY_AND_DISK)
+        ).persist(PERSIST)
         indexed = shard.with_local_index(encoded)
         schema = shard.arrow_schema(T.StructType(
             [encoded.schema[contract.ID_COLUMN]] + encode.padded_fields(pre.max_length)[:2]
@@ -229,7 +235,7 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
         encode_rows = encode.PadTokens(pre.max_length, tokenizer.pad_token_id, [contract.ID_COLUMN, contract.LABEL])
         totals = None
     else:
-        encoded = encode_documents(ordered, config, tokenizer).persist(StorageLevel.MEMORY_AND_DISK)
+        encoded = encode_documents(ordered, config, tokenizer).persist(PERSIST)
         totals = token_stats(encoded)
         indexed = shard.with_local_index(encoded.filter(~F.col(encode.DROPPED)))
         schema = shard.arrow_schema(encoded.select(*columns).schema)
