@@ -32,6 +32,8 @@ from spark_jobs.manifest import begin_build, publish, remove_unlisted, token_sta
 from spark_jobs.manifest import split_stats as split_stats_of
 from spark_jobs.progress import SparkProgress
 
+PERSIST = StorageLevel.DISK_ONLY  # what the job reuses (records, token rows): see build_dataset
+
 # Changing any config section outside these never rebuilds a dataset.
 DATASET_SECTIONS = contract.DATASET_SECTIONS
 
@@ -159,16 +161,26 @@ def causal_lm_eos_id(tokenizer) -> int:
     return eos_id
 
 
-def label_map_of(config: ShardlineConfig, docs: DataFrame) -> dict[str, int]:
+def label_map_of(config: ShardlineConfig, found_labels: list[str]) -> dict[str, int]:
+    """Label name -> id: the configured labels, else every (trimmed) label the documents carry."""
     if config.preprocess.task != "classification":
         return {}
     if config.data.label_column is None:
         raise ConfigError("config key data.label_column: required key is missing for preprocess.task classification")
-    if config.data.labels is not None:
-        names = sorted(set(config.data.labels))
-    else:
-        names = sorted(r[0] for r in docs.select(F.trim(F.col(read.LABEL_RAW))).distinct().collect())
+    names = sorted(set(config.data.labels if config.data.labels is not None else found_labels))
     return {name: index for index, name in enumerate(names)}
+
+
+def count_records(records: DataFrame, with_labels: bool) -> tuple[int, int, list[str]]:
+    """(input records, rejects, the distinct trimmed labels of the documents) in one aggregation
+    over the read records: one small job instead of a count per term and a distinct()."""
+    is_reject = F.col(read.REJECT_REASON).isNotNull()
+    label = F.when(~is_reject, F.trim(F.col(read.LABEL_RAW))) if with_labels else F.lit(None).cast("string")
+    groups = records.groupBy(is_reject.alias("reject"), label.alias("label")).count().collect()
+    input_records = sum(row["count"] for row in groups)
+    rejected = sum(row["count"] for row in groups if row["reject"])
+    labels = sorted(row["label"] for row in groups if not row["reject"] and row["label"] is not None)
+    return input_records, rejected, labels
 
 
 def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | None = None) -> contract.Manifest:
@@ -185,20 +197,25 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
     files = files if files is not None else read.resolve_input_files(config.data.input)
     dataset_dir = config.dataset_dir
     build_id = begin_build(dataset_dir)
-    records = read_clean(spark, config, files).persist(StorageLevel.MEMORY_AND_DISK)  # read once, used four times
+    # Read once, used up to three times. On disk, not in memory: the in-memory columnar cache builds
+    # each batch in heap buffers the memory store does not account for, and a 1 GB corpus filled a
+    # 1 GB heap with cached blocks until a task's batch no longer fit (OutOfMemoryError); on disk
+    # the heap holds one batch per task, whatever the corpus size.
+    records = read_clean(spark, config, files).persist(PERSIST)
     good, rejected = read.split_rejects(records)
-    rejects_files = shard.write_rejects(rejected, dataset_dir, "zstd", build_id)
+    wants_labels = pre.task == "classification" and config.data.labels is None
+    input_records, num_rejected, found_labels = count_records(records, wants_labels)
     # Each term of the manifest's identity is counted where it happens, so a lost row shows:
-    # rejects by what the rejects writers wrote, documents by what the shard writers wrote.
-    input_records = records.count()
+    # rejects by what the rejects writers wrote, documents by what the shard writers wrote. With
+    # no rejects at all, the writer pass (a Python task per read partition) is skipped.
+    rejects_files = shard.write_rejects(rejected, dataset_dir, "zstd", build_id) if num_rejected else []
     rejects_by_reason = shard.rejects_by_reason(rejects_files)
-    num_good = good.count()
     lap("read_clean")
 
-    tokenizer = prepare_tokenizer(config, good.select(read.TEXT), num_good)
+    tokenizer = prepare_tokenizer(config, good.select(read.TEXT), input_records - num_rejected)
     with storage.staged_local_dir(storage.join(dataset_dir, "tokenizer")) as staging:
         tokenizer.save_pretrained(staging)  # the dataset decodes on its own
-    label_map = label_map_of(config, good)
+    label_map = label_map_of(config, found_labels)
     lap("tokenizer")
 
     num_partitions = read.num_partitions_for(files, pre.num_partitions)
@@ -209,7 +226,7 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
         encoded = encode.encode_unpadded(
             ordered.select(contract.ID_COLUMN, split.SPLIT, read.TEXT, contract.LABEL), backend_json(tokenizer),
             pre.max_length,
-        ).persist(StorageLevel.MEMORY_AND_DISK)
+        ).persist(PERSIST)
         indexed = shard.with_local_index(encoded)
         schema = shard.arrow_schema(T.StructType(
             [encoded.schema[contract.ID_COLUMN]] + encode.padded_fields(pre.max_length)[:2]
@@ -218,7 +235,7 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
         encode_rows = encode.PadTokens(pre.max_length, tokenizer.pad_token_id, [contract.ID_COLUMN, contract.LABEL])
         totals = None
     else:
-        encoded = encode_documents(ordered, config, tokenizer).persist(StorageLevel.MEMORY_AND_DISK)
+        encoded = encode_documents(ordered, config, tokenizer).persist(PERSIST)
         totals = token_stats(encoded)
         indexed = shard.with_local_index(encoded.filter(~F.col(encode.DROPPED)))
         schema = shard.arrow_schema(encoded.select(*columns).schema)

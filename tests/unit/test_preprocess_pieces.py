@@ -17,6 +17,31 @@ from pipeline.tokenizer import backend_json, load_tokenizer, train_tokenizer
 from spark_jobs import clean, encode, read, shard
 
 
+def test_zip_importers_reread_an_archive_only_when_it_changed(tmp_path, monkeypatch):
+    import importlib
+    import os
+    import zipfile
+    import zipimport
+
+    archive = tmp_path / "lib.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("first.py", "")
+    importer = zipimport.zipimporter(str(archive))
+    reads = []
+    read_directory = zipimport._read_directory
+    monkeypatch.setattr(zipimport, "_read_directory", lambda path: reads.append(path) or read_directory(path))
+    monkeypatch.setitem(importlib.sys.path_importer_cache, str(archive), importer)
+    importlib.invalidate_caches()  # the first invalidation reads (nothing known about the file yet)
+    importlib.invalidate_caches()
+    importlib.invalidate_caches()
+    assert reads == [str(archive)]  # pyspark's worker does this before every task: no re-read
+    with zipfile.ZipFile(archive, "a") as z:
+        z.writestr("second.py", "")
+    os.utime(archive, ns=(1, 1))  # changed, even within the file system's time resolution
+    importlib.invalidate_caches()
+    assert reads == [str(archive)] * 2 and importer.find_spec("second") is not None
+
+
 def test_partition_bytes_grow_with_the_input_within_bounds():
     assert read.partition_bytes(1000) == read.MIN_PARTITION_BYTES
     assert read.partition_bytes(1 << 30) == 16 << 20  # 1 GB: 64 partitions, whatever the cluster
