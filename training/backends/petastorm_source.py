@@ -36,6 +36,8 @@ from training.backends import SourceFile, table_to_numpy
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"petastorm(\.|$)")
 warnings.filterwarnings("ignore", category=FutureWarning, message=r".*pyarrow\.filesystem.*deprecated")
 warnings.filterwarnings("ignore", category=FutureWarning, message=r".*ParquetDataset.*")
+# Petastorm needs the legacy ParquetDataset (its pieces); pyarrow 14 warns each time one is built.
+warnings.filterwarnings("ignore", category=FutureWarning, message=r"Passing 'use_legacy_dataset=True'")
 # fsspec warns about any s3fs older than 0.5; 0.4.2 is the pin on purpose (see the module docstring).
 warnings.filterwarnings("ignore", category=UserWarning, message=r"Your installed version of s3fs is very old")
 
