@@ -66,6 +66,50 @@ def test_both_backends_give_the_same_batches(uneven):
         assert _ids(_spec(uneven, "petastorm", **options)) == _ids(_spec(uneven, "pyarrow", **options))
 
 
+def test_the_petastorm_backend_reads_through_petastorms_worker_set_up_once_per_file_from_many_threads(
+        uneven, monkeypatch):
+    """Petastorm's ArrowReaderWorker reads every row group (nothing bypasses it); its set-up (dataset,
+    schema, pieces) is built once per file, not per row group; eight threads reading the same row
+    groups at once each get exactly their own row group's rows, as pyarrow reads them."""
+    pytest.importorskip("petastorm")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from training.backends import open_source, petastorm_source
+
+    built, processed = [], []
+
+    class CountingWorker(petastorm_source.ArrowReaderWorker):
+        def __init__(self, *args):
+            built.append(args[2][0])  # the file's paths
+            super().__init__(*args)
+
+        def process(self, piece_index, *args):
+            processed.append(piece_index)
+            return super().process(piece_index, *args)
+
+    monkeypatch.setattr(petastorm_source, "ArrowReaderWorker", CountingWorker)
+    files = _spec(uneven, "pyarrow").files
+    reads = [(file, row_group) for file in files for row_group in range(len(file.row_group_rows))] * 6
+    columns = list(COLUMNS)
+    expected_source, source = open_source("pyarrow", files), open_source("petastorm", files)
+    try:
+        expected = {(f.uri, g): expected_source.read(f, g, columns) for f, g in reads}
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            got = list(pool.map(lambda read: source.read(*read, columns), reads))
+        with pytest.raises(IndexError, match="has 2 row groups; row group 2 was asked for"):
+            source.read(files[0], 2, columns)
+    finally:
+        source.close()
+        expected_source.close()
+    for (file, row_group), columns_read in zip(reads, got):
+        want = expected[(file.uri, row_group)]
+        assert sorted(columns_read) == sorted(want)
+        for name, values in want.items():
+            assert (columns_read[name] == values).all(), (file.uri, row_group, name)
+    assert len(built) == len(files)
+    assert sorted(processed) == sorted(g for _, g in reads)
+
+
 def _rank_spec(dataset, backend, world_size, rank=0, global_batch=12, **options):
     # The same global batch split over world_size ranks (12 = 12 x 1 = 6 x 2 = 4 x 3 = 3 x 4).
     return _spec(dataset, backend, rank=rank, world_size=world_size, batch_size=global_batch // world_size,

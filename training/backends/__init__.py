@@ -3,8 +3,9 @@
 The reader plans from the manifest (which row groups, in what order, on which rank) and asks a
 source only for "row group i of file f, these columns, as numpy arrays". Two sources:
 
-- `petastorm` (the default): Petastorm 0.12.1 `make_batch_reader` over the file's URL, sharded to
-  exactly that row group; on s3:// through `pyarrow.filesystem.S3FSWrapper` over s3fs 0.4.2.
+- `petastorm` (the default): Petastorm 0.12.1's `ArrowReaderWorker` (the worker `make_batch_reader`
+  runs) over the file's row-group pieces, set up once per file; on s3:// through
+  `pyarrow.filesystem.S3FSWrapper` over s3fs 0.4.2.
 - `pyarrow`: `pyarrow.fs` + `ParquetFile.read_row_group`; imports nothing of Petastorm or Spark, so
   it runs on numpy 2 and a current pyarrow.
 
