@@ -194,19 +194,31 @@ def encode_unpadded(df: DataFrame, tokenizer_json: str, max_length: int, text_co
     keep_names = [f.name for f in keep]
     encoder = PaddedEncoder(tokenizer_json, max_length, pad_id=0)
 
-    def encode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def encode_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
         tokenizer = _worker_tokenizer(tokenizer_json, max_length)
-        for batch in batches:
-            encodings = encoder._encode_texts(tokenizer, batch.column(text_column).to_pylist())
-            truncated = np.fromiter((bool(e.overflowing) for e in encodings), dtype=np.int8, count=len(encodings))
-            ids, lengths = flat_ids(encodings)
-            yield pa.RecordBatch.from_arrays(
-                [batch.column(name) for name in keep_names]
-                + [token_bytes(ids, lengths), pa.array(lengths.astype(np.int32)), pa.array(truncated)],
-                names=out_schema.fieldNames(),
-            )
+        encodings = encoder._encode_texts(tokenizer, batch.column(text_column).to_pylist())
+        truncated = np.fromiter((bool(e.overflowing) for e in encodings), dtype=np.int8, count=len(encodings))
+        ids, lengths = flat_ids(encodings)
+        return pa.RecordBatch.from_arrays(
+            [batch.column(name) for name in keep_names]
+            + [token_bytes(ids, lengths), pa.array(lengths.astype(np.int32)), pa.array(truncated)],
+            names=out_schema.fieldNames(),
+        )
 
-    return df.mapInArrow(encode_batches, out_schema)
+    return df.mapInArrow(batch_by_batch(encode_batch), out_schema)
+
+
+def batch_by_batch(encode_batch):
+    """mapInArrow's function: encode_batch on each batch, nothing of a batch kept while the next
+    is encoded. A loop body that binds the tokenizer's encodings (about 100 MB per 10,000-row batch,
+    in Rust objects) to a local keeps them alive until the next batch's are built: two batches'
+    worth at the peak of every task with more than one batch, where a one-batch task holds one."""
+
+    def encode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield encode_batch(batch)
+
+    return encode_batches
 
 
 def token_bytes(ids: np.ndarray, lengths: np.ndarray) -> pa.BinaryArray:
@@ -340,10 +352,11 @@ def pack_causal_lm(
         tokenizer = _worker_tokenizer(tokenizer_json, None)
         packer = BlockPacker(max_length, pad_id, eos_id, drop_remainder)
         for batch in batches:
-            texts = batch.column(text_column).to_pylist()
             splits = batch.column(SPLIT).to_pylist()
             ids = batch.column(contract.ID_COLUMN).to_pylist()
-            tokens, lengths = flat_ids(tokenizer.encode_batch_fast(texts, add_special_tokens=False))
+            # Neither the texts nor their encodings outlive this call: only flat ids are kept.
+            tokens, lengths = flat_ids(tokenizer.encode_batch_fast(batch.column(text_column).to_pylist(),
+                                                                   add_special_tokens=False))
             token_starts = np.concatenate([[0], np.cumsum(lengths)])
             start = 0
             for split_name, run in itertools.groupby(splits):
