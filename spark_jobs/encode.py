@@ -191,21 +191,30 @@ def encode_unpadded(df: DataFrame, tokenizer_json: str, max_length: int, text_co
         T.StructField(contract.NUM_TOKENS, T.IntegerType(), False),
         T.StructField(TRUNCATED, T.ByteType(), False),
     ])
-    keep_names = [f.name for f in keep]
-    encoder = PaddedEncoder(tokenizer_json, max_length, pad_id=0)
+    encode_batch = UnpaddedTokens(tokenizer_json, max_length, [f.name for f in keep], out_schema.fieldNames(),
+                                  text_column)
+    return df.mapInArrow(batch_by_batch(encode_batch), out_schema)
 
-    def encode_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
-        tokenizer = _worker_tokenizer(tokenizer_json, max_length)
-        encodings = encoder._encode_texts(tokenizer, batch.column(text_column).to_pylist())
+
+class UnpaddedTokens:
+    """encode_unpadded's batch encoder: the kept columns, then TOKENS, num_tokens and TRUNCATED."""
+
+    def __init__(self, tokenizer_json: str, max_length: int, keep_names: list[str], names: list[str],
+                 text_column: str = "text"):
+        self.tokenizer_json, self.max_length = tokenizer_json, max_length
+        self.keep_names, self.names, self.text_column = keep_names, names, text_column
+        self.encoder = PaddedEncoder(tokenizer_json, max_length, pad_id=0)
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        tokenizer = _worker_tokenizer(self.tokenizer_json, self.max_length)
+        encodings = self.encoder._encode_texts(tokenizer, batch.column(self.text_column).to_pylist())
         truncated = np.fromiter((bool(e.overflowing) for e in encodings), dtype=np.int8, count=len(encodings))
         ids, lengths = flat_ids(encodings)
         return pa.RecordBatch.from_arrays(
-            [batch.column(name) for name in keep_names]
+            [batch.column(name) for name in self.keep_names]
             + [token_bytes(ids, lengths), pa.array(lengths.astype(np.int32)), pa.array(truncated)],
-            names=out_schema.fieldNames(),
+            names=self.names,
         )
-
-    return df.mapInArrow(batch_by_batch(encode_batch), out_schema)
 
 
 def batch_by_batch(encode_batch):
@@ -321,12 +330,10 @@ def encode_padded(
     keep_names = [f.name for f in keep]
     encoder = PaddedEncoder(tokenizer_json, max_length, pad_id, stride)
 
-    def encode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            yield pa.RecordBatch.from_arrays(encoder.encode(batch, keep_names, text_column),
-                                             names=out_schema.fieldNames())
+    def encode_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays(encoder.encode(batch, keep_names, text_column), names=out_schema.fieldNames())
 
-    return df.mapInArrow(encode_batches, out_schema)
+    return df.mapInArrow(batch_by_batch(encode_batch), out_schema)
 
 
 def pack_causal_lm(
