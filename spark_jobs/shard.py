@@ -282,31 +282,53 @@ def write_shards(laid_out: DataFrame, plans: dict[str, SplitPlan], schema: pa.Sc
 
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         storage.configure(options)
-        current: _ShardFile | None = None
-        written = []
+        files = _PartitionFiles(root, groups_per_file, schema, compression, build_id, encode_rows)
         for batch in batches:
-            if not batch.num_rows:
-                continue
-            splits = batch.column(SPLIT).to_pylist()
-            files = batch.column(FILE).to_numpy()
-            groups = batch.column(GROUP).to_numpy()
-            rows = encode_rows(batch)
-            start = 0
-            for stop in _run_ends(splits, groups):
-                key = (splits[start], int(files[start]))
-                if current is None or (current.split, current.file) != key:
-                    if current is not None:
-                        written.append(current.close())
-                    current = _ShardFile(root, key[0], key[1], groups_per_file[key[0]], schema, compression, build_id)
-                current.add(int(groups[start]), rows.slice(start, stop - start))
-                start = stop
-        if current is not None:
-            written.append(current.close())
+            files.add(batch)
+        written = files.close()
         if written:  # hash partitioning can leave a partition without a file
             yield _report_batch(written)
 
     partitioned = laid_out.repartition(num_files, SPLIT, FILE).sortWithinPartitions(SPLIT, FILE, POSITION)
     return sorted(_written(r) for r in partitioned.mapInArrow(write_partition, WRITTEN_SCHEMA).collect())
+
+
+class _PartitionFiles:
+    """One writer task's files, one open at a time, fed batch by batch: each batch is encoded in
+    `add`'s own frame, so no batch's encoded rows outlive the row group that holds them."""
+
+    def __init__(self, root: str, groups_per_file: dict[str, int], schema: pa.Schema, compression: str,
+                 build_id: str, encode_rows):
+        self.root, self.groups_per_file, self.schema = root, groups_per_file, schema
+        self.compression, self.build_id, self.encode_rows = compression, build_id, encode_rows
+        self.current: _ShardFile | None = None
+        self.written: list[tuple] = []
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if not batch.num_rows:
+            return
+        splits = batch.column(SPLIT).to_pylist()
+        files = batch.column(FILE).to_numpy()
+        groups = batch.column(GROUP).to_numpy()
+        rows = self.encode_rows(batch)
+        start = 0
+        for stop in _run_ends(splits, groups):
+            key = (splits[start], int(files[start]))
+            if self.current is None or (self.current.split, self.current.file) != key:
+                self._close_current()
+                self.current = _ShardFile(self.root, key[0], key[1], self.groups_per_file[key[0]], self.schema,
+                                          self.compression, self.build_id)
+            self.current.add(int(groups[start]), rows.slice(start, stop - start))
+            start = stop
+
+    def _close_current(self) -> None:
+        if self.current is not None:
+            self.written.append(self.current.close())
+            self.current = None  # its compressed file is released before the next one is started
+
+    def close(self) -> list[tuple]:
+        self._close_current()
+        return self.written
 
 
 def _run_ends(splits: list[str], groups: np.ndarray) -> list[int]:
@@ -344,8 +366,15 @@ def write_missing_files(plans: dict[str, SplitPlan], written: list[WrittenFile],
     return added
 
 
+REJECT_GROUP_ROWS = 8192  # rows per row group of a rejects file (the last one holds the rest)
+
+
 def write_rejects(rejected: DataFrame, root: str, compression: str, build_id: str) -> list[WrittenFile]:
-    """rejects/part-<partition>-<build>-<attempt>.parquet, one file per non-empty partition."""
+    """rejects/part-<partition>-<build>-<attempt>.parquet, one file per non-empty partition.
+
+    Streams: a task holds one input batch, one row group and the compressed file, stored in one
+    write (the commit protocol's unit); the file holds one read partition's rejects, so it is
+    bounded by the read partition size (read.MAX_PARTITION_BYTES of input), not by the corpus."""
     schema = arrow_schema(rejected.schema)
     options = storage.current_options()
 
@@ -353,17 +382,53 @@ def write_rejects(rejected: DataFrame, root: str, compression: str, build_id: st
         from pyspark import TaskContext
 
         storage.configure(options)
-        batches = [b for b in batches if b.num_rows]
-        if not batches:
+        partition = TaskContext.get().partitionId()
+        name = attempt_name(f"{contract.REJECTS_DIR}/part-{partition:05d}", build_id)
+        written = _write_rejects_file(f"{root}/{name}", schema, compression, batches)
+        if written is None:
             return
-        table = pa.Table.from_batches(batches).cast(schema)
-        name = attempt_name(f"{contract.REJECTS_DIR}/part-{TaskContext.get().partitionId():05d}", build_id)
-        size, digest = write_parquet(f"{root}/{name}", schema, [table], compression)
-        reasons = Counter(table.column(REJECT_REASON).to_pylist())  # what this file holds, counted as written
-        yield _report_batch([(contract.REJECTS_DIR, TaskContext.get().partitionId(), name, size, digest,
-                              [table.num_rows], json.dumps({"by_reason": dict(sorted(reasons.items()))}))])
+        size, digest, counts, reasons = written
+        yield _report_batch([(contract.REJECTS_DIR, partition, name, size, digest, counts,
+                              json.dumps({"by_reason": dict(sorted(reasons.items()))}))])
 
     return sorted(_written(r) for r in rejected.mapInArrow(write_partition, WRITTEN_SCHEMA).collect())
+
+
+def _write_rejects_file(uri: str, schema: pa.Schema, compression: str,
+                        batches: Iterator[pa.RecordBatch]) -> tuple[int, str, list[int], Counter] | None:
+    """The rejects of one partition as one Parquet file of REJECT_GROUP_ROWS-row groups (cut by row
+    count, not by where Spark's batches end): (bytes, sha256, rows per group, rejects per reason),
+    or None (nothing stored) when there are no rows."""
+    sink = pa.BufferOutputStream()
+    writer = pq.ParquetWriter(sink, schema, compression=compression)
+    pending: list[pa.Table] = []
+    pending_rows = 0
+    counts: list[int] = []
+    reasons: Counter = Counter()  # what this file holds, counted as written
+
+    def write_group(table: pa.Table) -> None:
+        writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        counts.append(table.num_rows)
+        reasons.update(table.column(REJECT_REASON).to_pylist())
+
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        pending.append(pa.Table.from_batches([batch]).cast(schema))
+        pending_rows += batch.num_rows
+        while pending_rows >= REJECT_GROUP_ROWS:
+            table = pa.concat_tables(pending)
+            write_group(table.slice(0, REJECT_GROUP_ROWS))
+            rest = table.slice(REJECT_GROUP_ROWS)
+            pending, pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+    if pending_rows:
+        write_group(pa.concat_tables(pending))
+    writer.close()
+    if not counts:
+        return None
+    data = sink.getvalue()
+    storage.write_bytes(uri, data)
+    return data.size, hashlib.sha256(memoryview(data)).hexdigest(), counts, reasons
 
 
 def rejects_by_reason(rejects_files: list[WrittenFile]) -> dict[str, int]:
