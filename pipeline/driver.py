@@ -24,7 +24,7 @@ from typing import Any
 
 from pipeline import console, contract, inputs, launch, storage
 from pipeline.config import ShardlineConfig, save_config
-from pipeline.errors import MissingPathError, ShardlineError
+from pipeline.errors import ShardlineError
 
 PREPROCESS_SCRIPT = Path(__file__).resolve().parent.parent / "spark_jobs" / "preprocess.py"
 STAGES = ("preprocess", "train", "evaluate")

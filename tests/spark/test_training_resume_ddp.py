@@ -3,7 +3,6 @@ appears, and at a random moment) and resumed exactly; two gloo processes under t
 epoch and resumed on 2, 1 and 3 processes with the same global batch: every sample once per epoch."""
 import contextlib
 import json
-import math
 import os
 import random
 import re
