@@ -11,9 +11,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
+from dataset_reads import split_rows
 from pipeline import contract, storage
 from pipeline.config import build_config, save_config
 from pipeline.demo import stdlib_docstrings, write_jsonl
@@ -101,18 +101,6 @@ def standalone_master(tmp_path_factory, s3_server):
                 daemon.wait()
 
 
-def _tables(dataset_dir: str) -> dict[str, list[dict]]:
-    manifest = contract.load_manifest(dataset_dir)
-    tables = {}
-    for name in contract.SPLITS:
-        rows = []
-        for uri in manifest.split_files(dataset_dir, name):
-            filesystem, path = storage.filesystem(uri)
-            rows += pq.read_table(path, filesystem=filesystem).to_pylist()
-        tables[name] = rows
-    return tables
-
-
 def _applications(ui_port: int) -> list[dict]:
     with urllib.request.urlopen(f"http://{LOOPBACK}:{ui_port}/json/", timeout=5) as reply:
         state = json.load(reply)
@@ -165,7 +153,7 @@ def test_cluster_run_on_s3_equals_the_local_run(standalone_master, spark, tmp_pa
     # The application really ran on the standalone master, with executors, not in a local fallback.
     assert [app["name"] for app in _applications(ui_port)] == ["shardline-preprocess"]
     assert not (tmp_path / "s3:").exists()
-    assert _tables(cluster.dataset_dir) == _tables(local.dataset_dir)
+    assert split_rows(cluster.dataset_dir) == split_rows(local.dataset_dir)
     for name in contract.SPLITS:  # file names carry each build's id; contents are byte for byte the same
         cluster_split, local_split = cluster_manifest.splits[name], local_manifest.splits[name]
         assert cluster_split.model_copy(update={"files": []}) == local_split.model_copy(update={"files": []})

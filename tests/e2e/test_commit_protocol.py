@@ -8,9 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
+from dataset_reads import split_rows
 from pipeline import contract, storage
 from pipeline.config import build_config, save_config
 from pipeline.demo import stdlib_docstrings, write_jsonl
@@ -65,18 +65,6 @@ def _submit(config, tmp_path: Path, master: str = "local[2]", fault: str | None 
     return stdout
 
 
-def _rows(config) -> dict[str, list[dict]]:
-    manifest = contract.load_manifest(config.dataset_dir)
-    out = {}
-    for name in contract.SPLITS:
-        rows = []
-        for uri in manifest.split_files(config.dataset_dir, name):
-            filesystem, path = storage.filesystem(uri)
-            rows += pq.read_table(path, filesystem=filesystem).to_pylist()
-        out[name] = rows
-    return out
-
-
 def _data_files(config) -> set[str]:
     return {storage.relative(e.uri, config.dataset_dir) for e in storage.list_files(config.dataset_dir)
             if e.uri.endswith(".parquet") and "/tokenizer/" not in e.uri}
@@ -95,7 +83,7 @@ def reference(corpus_and_tokenizer, spark):
     _, corpus, tokenizer = corpus_and_tokenizer
     config = _config("s3://shardline-commit/runs/reference", corpus, tokenizer)
     build_dataset(spark, config)
-    return _rows(config)
+    return split_rows(config.dataset_dir)
 
 
 def test_a_task_attempt_that_fails_after_its_write_leaves_no_duplicate_or_orphan(corpus_and_tokenizer, reference,
@@ -110,7 +98,7 @@ def test_a_task_attempt_that_fails_after_its_write_leaves_no_duplicate_or_orphan
     assert "removed 1 file(s) of failed or speculative task attempts" in stdout
     assert failed_file not in _data_files(config)
     assert _data_files(config) == _listed(config)
-    assert _rows(config) == reference
+    assert split_rows(config.dataset_dir) == reference
 
 
 def test_sigkill_mid_write_publishes_nothing_and_a_rerun_cleans_up(corpus_and_tokenizer, reference, tmp_path):
@@ -139,7 +127,7 @@ def test_sigkill_mid_write_publishes_nothing_and_a_rerun_cleans_up(corpus_and_to
     assert f"{config.dataset_dir} has no _SUCCESS" in trainer.stderr and "Traceback" not in trainer.stderr
 
     _submit(config, tmp_path)
-    assert _rows(config) == reference
+    assert split_rows(config.dataset_dir) == reference
     assert _data_files(config) == _listed(config)
     assert not written & _data_files(config)  # the killed run's files are gone, not reused
 
@@ -158,7 +146,7 @@ def test_killed_between_the_last_shard_and_the_commit_nothing_is_published(corpu
     with pytest.raises(contract.DatasetNotReadyError):
         contract.load_manifest(config.dataset_dir)
     _submit(config, tmp_path)
-    assert _rows(config) == reference and not written & _data_files(config)
+    assert split_rows(config.dataset_dir) == reference and not written & _data_files(config)
 
 
 KILL_POINTS = int(os.environ.get("SHARDLINE_KILL_POINTS", "1"))  # more with SHARDLINE_KILL_POINTS=N
@@ -180,10 +168,10 @@ def test_sigkill_at_a_random_moment_never_publishes_a_partial_dataset(corpus_and
     process.communicate()
     committed = storage.info(storage.join(config.dataset_dir, contract.SUCCESS_FILE)) is not None
     if committed:  # the kill came after the commit: the whole dataset must be there
-        assert _data_files(config) >= _listed(config) and _rows(config) == reference
+        assert _data_files(config) >= _listed(config) and split_rows(config.dataset_dir) == reference
     else:
         with pytest.raises(contract.DatasetNotReadyError):
             contract.load_manifest(config.dataset_dir)
     print(f"killed after {delay:.1f} s of a {duration:.1f} s run; committed: {committed}")
     _submit(config, tmp_path)
-    assert _rows(config) == reference and _data_files(config) == _listed(config)
+    assert split_rows(config.dataset_dir) == reference and _data_files(config) == _listed(config)

@@ -16,10 +16,9 @@ from __future__ import annotations
 import itertools
 import os
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from hypothesis import HealthCheck, Phase, event, example, given, settings
 
+from dataset_reads import read_files
 from fuzz_corpora import REASONS, Corpus, CorpusFile, Line, corpora, long_line_file
 from pipeline import contract, storage
 from pipeline.config import build_config
@@ -84,16 +83,11 @@ def _config(corpus: Corpus, corpus_dir, run_dir):
     })
 
 
-def _read_files(uris: list[str], columns: list[str] | None = None) -> pa.Table | None:
-    tables = [pq.read_table(uri, columns=columns) for uri in uris]
-    return pa.concat_tables(tables) if tables else None
-
-
 def _documents_in_shards(dataset_dir: str, task: str) -> int:
     manifest = contract.load_manifest(dataset_dir)
     documents = 0
     for name in contract.SPLITS:
-        table = _read_files(manifest.split_files(dataset_dir, name), [contract.ID_COLUMN, contract.SEGMENT_IDS]
+        table = read_files(manifest.split_files(dataset_dir, name), [contract.ID_COLUMN, contract.SEGMENT_IDS]
                             if task == "causal_lm" else [contract.ID_COLUMN])
         if table is None:
             continue  # an empty split has no files
@@ -123,7 +117,7 @@ def test_every_generated_record_is_a_document_a_reject_or_a_duplicate(spark, tmp
     where = f"corpus in {root / 'corpus'}"
 
     assert manifest.input_records == corpus.expected_records(), where
-    rejects_table = _read_files([storage.join(config.dataset_dir, f.path) for f in manifest.rejects_files])
+    rejects_table = read_files([storage.join(config.dataset_dir, f.path) for f in manifest.rejects_files])
     rejects = rejects_table.to_pylist() if rejects_table is not None else []
     assert len(rejects) == manifest.rejected_records == sum(manifest.rejected_by_reason.values()), where
     documents = _documents_in_shards(config.dataset_dir, corpus.task)

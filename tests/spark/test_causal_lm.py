@@ -3,9 +3,9 @@ import json
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
+from dataset_reads import split_table
 from pipeline import contract, storage
 from pipeline.config import build_config, save_config
 from pipeline.demo import write_jsonl
@@ -50,7 +50,7 @@ def test_blocks_are_full_and_boundaries_are_marked(packed):
     whole_documents = 0
     documents_in_blocks = 0
     for name in contract.SPLITS:
-        table = pa.concat_tables([pq.read_table(p) for p in manifest.split_files(config.dataset_dir, name)])
+        table = split_table(config.dataset_dir, name)
         assert {f.name: f"list<{f.type.value_type}>" if pa.types.is_list(f.type) else str(f.type)
                 for f in table.schema} == CAUSAL_LM_TYPES
         assert table.column_names == list(CAUSAL_LM_TYPES)

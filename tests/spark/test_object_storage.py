@@ -10,6 +10,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
+from dataset_reads import read_parquet, split_rows
 from pipeline import contract, storage
 from pipeline.config import DataConfig, build_config
 from pipeline.demo import write_jsonl
@@ -100,18 +101,6 @@ def _classification_config(run_dir, corpus, tokenizer_dir):
     })
 
 
-def _read(uri):
-    filesystem, path = storage.filesystem(uri)
-    return pq.read_table(path, filesystem=filesystem)
-
-
-def _split_rows(manifest, dataset_dir):
-    return {
-        name: [row for path in manifest.split_files(dataset_dir, name) for row in _read(path).to_pylist()]
-        for name in contract.SPLITS
-    }
-
-
 @pytest.fixture(scope="module")
 def s3_and_local_runs(spark, tmp_path_factory, s3_server, docstring_records, small_tokenizer):
     import boto3
@@ -142,7 +131,7 @@ def test_a_dataset_built_on_s3_equals_the_local_one(s3_and_local_runs):
     assert not (root / "s3:").exists()
     assert storage.is_committed(remote.dataset_dir)
     assert contract.load_manifest(remote.dataset_dir) == remote_manifest
-    assert _split_rows(remote_manifest, remote.dataset_dir) == _split_rows(local_manifest, local.dataset_dir)
+    assert split_rows(remote.dataset_dir) == split_rows(local.dataset_dir)
     assert remote_manifest.rejected_by_reason == local_manifest.rejected_by_reason == {
         "malformed_record": 1, "missing_label": 1}
     assert remote_manifest.tokenizer_sha256 == local_manifest.tokenizer_sha256
@@ -157,7 +146,7 @@ def test_a_dataset_built_on_s3_equals_the_local_one(s3_and_local_runs):
     for name, entry in listed.items():
         assert found[name].size == entry.bytes
         assert storage.sha256(storage.join(remote.dataset_dir, name)) == entry.sha256
-    rejects = _read(storage.join(remote.dataset_dir, remote_manifest.rejects_files[0].path))
+    rejects = read_parquet(storage.join(remote.dataset_dir, remote_manifest.rejects_files[0].path))
     assert {r["source"] for r in rejects.to_pylist()} == {"s3://shardline-runs/corpus/docstrings.jsonl"}
 
 
@@ -165,11 +154,11 @@ def test_a_rebuild_on_s3_removes_stale_attempt_files_and_keeps_the_fingerprint(s
     _, remote, remote_manifest, _, _ = s3_and_local_runs
     stale = storage.join(remote.dataset_dir, "train", "part-00000-deadbeef-t999.parquet")
     storage.write_bytes(stale, b"left by a killed attempt")
-    before = _split_rows(remote_manifest, remote.dataset_dir)
+    before = split_rows(remote.dataset_dir)
     rebuilt = build_dataset(spark, remote)
     assert storage.info(stale) is None
     assert rebuilt.dataset_fingerprint == remote_manifest.dataset_fingerprint
-    assert _split_rows(rebuilt, remote.dataset_dir) == before
+    assert split_rows(remote.dataset_dir) == before
 
 
 def test_an_uncommitted_dataset_on_s3_is_refused(s3_and_local_runs):

@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
+from dataset_reads import split_table
 from pipeline import contract, storage
 from pipeline.config import build_config, save_config
 from pipeline.demo import write_jsonl
@@ -25,14 +26,6 @@ def column_types(schema: pa.Schema) -> dict[str, str]:
 
 def split_files(dataset_dir, name):
     return contract.load_manifest(str(dataset_dir)).split_files(str(dataset_dir), name)
-
-
-def read_split(config, manifest, split):
-    """A split exactly as the manifest lists it."""
-    import pyarrow as pa
-
-    tables = [pq.read_table(path) for path in manifest.split_files(config.dataset_dir, split)]
-    return pa.concat_tables(tables) if tables else None
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +78,7 @@ def test_shards_hold_fixed_length_rows_that_decode_back(built):
 
     config, manifest, records = built
     tokenizer = load_tokenizer(storage.join(config.dataset_dir, "tokenizer"))
-    table = read_split(config, manifest, "train")
+    table = split_table(config.dataset_dir, "train")
     assert table.num_rows == manifest.splits["train"].rows
     assert sum(manifest.splits["train"].row_group_rows) == table.num_rows
     by_text = {r["text"]: r["label"] for r in records}
@@ -231,17 +224,15 @@ def test_petastorm_ranks_get_the_same_number_of_rows(messy):
     assert abs(per_rank[0] - per_rank[1]) <= manifest.splits["train"].num_row_groups // 2
 
 
-def test_fresh_run_dirs_on_local_1_and_local_2_build_the_same_dataset(spark, built, submit_preprocess, contents_of,
-                                                                        tmp_path):
-    # A trained (wordpiece) tokenizer, two more fresh run_dirs: one on the shared local[2] session,
-    # one through spark-submit --master local[1] (its own JVM, default spark.* settings).
+def test_a_forced_rebuild_into_the_same_run_dir_writes_the_same_shards_and_fingerprint(spark, built):
     config, manifest, _ = built
-    before = {s: read_split(config, manifest, s) for s in contract.SPLITS}
+    before = {s: split_table(config.dataset_dir, s) for s in contract.SPLITS}
     rebuilt = build_dataset(spark, config)  # what --force does: a full rebuild into the same run_dir
     assert rebuilt.tokenizer_sha256 == manifest.tokenizer_sha256
     for name, table in before.items():
-        assert read_split(config, rebuilt, name).equals(table), name
+        assert split_table(config.dataset_dir, name).equals(table), name
     assert rebuilt.dataset_fingerprint == manifest.dataset_fingerprint  # nothing downstream reruns
+
     def without_files(splits):
         return {name: stats.model_copy(update={"files": []}) for name, stats in splits.items()}
 
