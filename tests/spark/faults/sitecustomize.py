@@ -21,26 +21,19 @@ if _MODES & {"slow-eval", "slow-save", "nan-loss"} and os.environ.get("RANK") ==
         with open(os.environ["SHARDLINE_FAULT_LOG"], "a") as log:
             log.write(line + "\n")
 
+    def _delayed(function, what: str):
+        def delayed(*args, **kwargs):
+            seconds = float(os.environ["SHARDLINE_FAULT_SLEEP_S"])
+            _note(f"rank {os.environ['RANK']}: {what} delayed {seconds} s")
+            time.sleep(seconds)
+            return function(*args, **kwargs)
+
+        return delayed
+
     if "slow-save" in _MODES:
-        _save = checkpoint.save
-
-        def save(*args, **kwargs):
-            seconds = float(os.environ["SHARDLINE_FAULT_SLEEP_S"])
-            _note(f"rank {os.environ['RANK']}: checkpoint save delayed {seconds} s")
-            time.sleep(seconds)
-            return _save(*args, **kwargs)
-
-        checkpoint.save = save
+        checkpoint.save = _delayed(checkpoint.save, "checkpoint save")
     if "slow-eval" in _MODES:
-        _evaluate = loop.evaluate
-
-        def evaluate(*args, **kwargs):
-            seconds = float(os.environ["SHARDLINE_FAULT_SLEEP_S"])
-            _note(f"rank {os.environ['RANK']}: evaluation delayed {seconds} s")
-            time.sleep(seconds)
-            return _evaluate(*args, **kwargs)
-
-        loop.evaluate = evaluate
+        loop.evaluate = _delayed(loop.evaluate, "evaluation")
     if "nan-loss" in _MODES:
         _forward_loss = loop.forward_loss
         _calls = [0]
