@@ -2,7 +2,8 @@
 
 Pure DataFrame -> DataFrame functions over read.RECORD_SCHEMA-shaped frames. A record that fails a
 check is not dropped: it gets a `reject_reason` (the first one that applies) and ends in rejects/.
-Only `drop_duplicates` removes rows; `count_duplicates` counts what it removes, for the manifest.
+Only `drop_duplicates` removes rows; it keeps, on each row it keeps, how many rows it stood for
+(COPIES), so whichever later job counts the rows also counts what was removed, for the manifest.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pipeline import contract
 from spark_jobs.read import ID_RAW, LABEL_RAW, TEXT, with_reason
 
 CONTENT_HASH = "content_hash"  # sha256 of the cleaned text: what exact de-duplication compares
+COPIES = "_copies"  # long: the rows of this content hash drop_duplicates found; it kept this one
 
 
 class TextCleaner:
@@ -98,14 +100,18 @@ def with_ids(df: DataFrame, id_from_input: bool) -> DataFrame:
 
 
 def count_duplicates(df: DataFrame) -> int:
-    """Rows drop_duplicates removes from df: every copy of a content hash beyond the first."""
-    copies = df.groupBy(CONTENT_HASH).count()
-    return int(copies.agg(F.sum(F.col("count") - 1)).first()[0] or 0)
+    """Rows drop_duplicates removed before df (every copy of a content hash beyond the first), from
+    the COPIES it kept: one aggregation over df, none when df has no COPIES (no de-duplication)."""
+    if COPIES not in df.columns:
+        return 0
+    return int(df.agg(F.sum(F.col(COPIES) - 1)).first()[0] or 0)
 
 
 def drop_duplicates(df: DataFrame) -> DataFrame:
     """Keep one document per content hash: the smallest row (id first), so the choice does not depend
-    on input order or partitioning. One shuffle, by content hash."""
+    on input order or partitioning; COPIES says how many rows it stands for. One shuffle, by content
+    hash, and no count of its own: count_duplicates, or any aggregation summing COPIES - 1 in a job
+    that runs anyway (shard.count_positions), counts what it removed."""
     others = [contract.ID_COLUMN] + [c for c in df.columns if c not in (CONTENT_HASH, contract.ID_COLUMN)]
-    kept = df.groupBy(CONTENT_HASH).agg(F.min(F.struct(*others)).alias("_kept"))
-    return kept.select(*[F.col(f"_kept.{c}") if c != CONTENT_HASH else F.col(c) for c in df.columns])
+    kept = df.groupBy(CONTENT_HASH).agg(F.min(F.struct(*others)).alias("_kept"), F.count(F.lit(1)).alias(COPIES))
+    return kept.select(*[F.col(f"_kept.{c}") if c != CONTENT_HASH else F.col(c) for c in df.columns], COPIES)

@@ -110,23 +110,24 @@ def clean_records(records: DataFrame, config: ShardlineConfig) -> DataFrame:
 
 
 def documents_by_content(good: DataFrame, config: ShardlineConfig, label_map: dict[str, int],
-                         num_partitions: int) -> tuple[DataFrame, int]:
-    """(documents (id, split, text, label, ...) hashed by content hash into num_partitions and
-    sorted by (split, id) within them, the duplicates de-duplication removed). De-duplication (a
-    group-by on the same key) needs no second shuffle, and which partition a document lands in
-    depends on its text alone, never on the cluster, so the same corpus gives the same shards
-    everywhere."""
+                         num_partitions: int) -> DataFrame:
+    """Documents (id, split, text, label, ...) hashed by content hash into num_partitions and sorted
+    by (split, id) within them; with de-duplication one per content hash, carrying clean.COPIES
+    (counted later, by a job that runs anyway). De-duplication (a group-by on the same key) needs no
+    second shuffle, and which partition a document lands in depends on its text alone, never on the
+    cluster, so the same corpus gives the same shards everywhere."""
     pre = config.preprocess
     docs = good.transform(lambda d: clean.with_ids(d, config.data.id_column is not None))
+    # Only what the documents need from here travels through the shuffle and the de-duplication's
+    # struct: not the source URI, offset and reject columns every record carries for rejects/.
+    docs = docs.select(clean.CONTENT_HASH, contract.ID_COLUMN, read.TEXT, read.LABEL_RAW)
     docs = docs.repartition(num_partitions, clean.CONTENT_HASH)
-    duplicates = 0
     if pre.dedup:
-        duplicates = clean.count_duplicates(docs)  # counted by the step that drops them
         docs = docs.transform(clean.drop_duplicates)
     docs = docs.transform(lambda d: split.with_split(d, pre.split, pre.seed))
     if label_map:
         docs = docs.transform(lambda d: split.with_label_ids(d, label_map))
-    return docs.sortWithinPartitions(split.SPLIT, contract.ID_COLUMN), duplicates
+    return docs.sortWithinPartitions(split.SPLIT, contract.ID_COLUMN)
 
 
 def writes_unpadded_tokens(config: ShardlineConfig) -> bool:
@@ -219,14 +220,14 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
     lap("tokenizer")
 
     num_partitions = read.num_partitions_for(files, pre.num_partitions)
-    ordered, duplicates_removed = documents_by_content(good, config, label_map, num_partitions)
+    ordered = documents_by_content(good, config, label_map, num_partitions)
     columns = contract_columns(pre.task)
     if writes_unpadded_tokens(config):
-        # Token ids cross the JVM as one binary value per document; the writer tasks pad them.
-        encoded = encode.encode_unpadded(
-            ordered.select(contract.ID_COLUMN, split.SPLIT, read.TEXT, contract.LABEL), backend_json(tokenizer),
-            pre.max_length,
-        ).persist(PERSIST)
+        # Token ids cross the JVM as one binary value per document; the writer tasks pad them. One
+        # row per document, so the positions count also counts the duplicates (COPIES) behind them.
+        kept = [contract.ID_COLUMN, split.SPLIT, read.TEXT, contract.LABEL]
+        kept += [clean.COPIES] if clean.COPIES in ordered.columns else []
+        encoded = encode.encode_unpadded(ordered.select(*kept), backend_json(tokenizer), pre.max_length).persist(PERSIST)
         indexed = shard.with_local_index(encoded)
         schema = shard.arrow_schema(T.StructType(
             [encoded.schema[contract.ID_COLUMN]] + encode.padded_fields(pre.max_length)[:2]
@@ -234,13 +235,18 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
         ))
         encode_rows = encode.PadTokens(pre.max_length, tokenizer.pad_token_id, [contract.ID_COLUMN, contract.LABEL])
         totals = None
+        counts = shard.count_positions(indexed)
+        duplicates_removed = counts.duplicates
     else:
+        # Packing and stride windows make rows that are not documents: count the duplicates first.
+        duplicates_removed = clean.count_duplicates(ordered)
         encoded = encode_documents(ordered, config, tokenizer).persist(PERSIST)
         totals = token_stats(encoded)
         indexed = shard.with_local_index(encoded.filter(~F.col(encode.DROPPED)))
         schema = shard.arrow_schema(encoded.select(*columns).schema)
         encode_rows = None
-    rows_per_split, bases = shard.count_positions(indexed)
+        counts = shard.count_positions(indexed)
+    rows_per_split, bases = counts.per_split, counts.bases
     records.unpersist()
     lap("tokenize")
 

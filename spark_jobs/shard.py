@@ -7,7 +7,8 @@ How rows get there, without a global sort or collecting ids on the driver:
 1. `with_local_index`: on rows already sorted by (split, id) within their partitions, tag each row
    with its partition and its index inside the partition (JVM only, no shuffle).
 2. `count_positions` (one small aggregation, collected): rows per (partition, split), giving each
-   (partition, split) run its first position in the split; `plan_split` fixes each split's number of
+   (partition, split) run its first position in the split, and, in the same pass, the duplicates
+   de-duplication removed before them (clean.COPIES); `plan_split` fixes each split's number of
    row groups and files from its row count.
 3. `with_layout`: position -> row group (position * groups // rows: sizes differ by <= 1) -> file.
 4. `write_shards`: one shuffle by (split, file); each task writes its files with pyarrow through
@@ -35,6 +36,7 @@ from pyspark.sql import types as T
 
 from pipeline import contract, storage
 from pipeline.config import ShardConfig
+from spark_jobs.clean import COPIES
 from spark_jobs.encode import SPLIT
 from spark_jobs.read import REJECT_REASON
 
@@ -85,19 +87,28 @@ def with_local_index(df: DataFrame) -> DataFrame:
     )
 
 
-def count_positions(indexed: DataFrame) -> tuple[dict[str, int], dict[tuple[int, str], int]]:
-    """(rows per split, position of local index 0 for each (partition, split) run)."""
+@dataclass(frozen=True)
+class RowCounts:
+    per_split: dict[str, int]  # rows per split
+    bases: dict[tuple[int, str], int]  # position of local index 0 for each (partition, split) run
+    duplicates: int  # rows de-duplication removed before these (0 when the rows carry no clean.COPIES)
+
+
+def count_positions(indexed: DataFrame) -> RowCounts:
+    """One aggregation over the rows to be written: their per-split counts and run bases, and the
+    duplicates behind them, so de-duplication needs no counting job of its own."""
+    removed = F.sum(F.col(COPIES) - 1) if COPIES in indexed.columns else F.lit(0)
     runs = sorted(
-        (r[0], r[1], r[2], r[3])
-        for r in indexed.groupBy(PARTITION, SPLIT).agg(F.count(F.lit(1)), F.min(LOCAL_INDEX)).collect()
+        (r[0], r[1], r[2], r[3], r[4])
+        for r in indexed.groupBy(PARTITION, SPLIT).agg(F.count(F.lit(1)), F.min(LOCAL_INDEX), removed).collect()
     )
     totals: dict[str, int] = {}
     bases: dict[tuple[int, str], int] = {}
-    for partition, split_name, count, first_local in runs:
+    for partition, split_name, count, first_local, _ in runs:
         start = totals.get(split_name, 0)
         bases[(partition, split_name)] = start - first_local
         totals[split_name] = start + count
-    return totals, bases
+    return RowCounts(totals, bases, sum(int(run[4] or 0) for run in runs))
 
 
 def with_layout(indexed: DataFrame, bases: dict[tuple[int, str], int], plans: dict[str, SplitPlan]) -> DataFrame:

@@ -255,8 +255,8 @@ def test_written_rows_are_the_padded_encoding_of_the_documents(spark, built):
     manifest = contract.load_manifest(config.dataset_dir)  # an earlier test may have rebuilt it
     files = read.resolve_input_files(config.data.input)
     good, _ = read.split_rejects(read_clean(spark, config, files))
-    ordered, _ = documents_by_content(good, config, manifest.label_map,
-                                      read.num_partitions_for(files, config.preprocess.num_partitions))
+    ordered = documents_by_content(good, config, manifest.label_map,
+                                   read.num_partitions_for(files, config.preprocess.num_partitions))
     tokenizer = load_tokenizer(config.tokenizer_dir)
     expected = encode.encode_padded(
         ordered.select(contract.ID_COLUMN, "split", read.TEXT, contract.LABEL), backend_json(tokenizer),

@@ -11,8 +11,9 @@ def test_rows_get_consecutive_positions_and_row_groups_within_one_row_of_each_ot
     # As the job hands them over: spread over partitions, sorted by (split, id) within each.
     df = spark.createDataFrame(rows, "id string, split string").repartition(3, "id").sortWithinPartitions("split", "id")
     indexed = shard.with_local_index(df)
-    totals, bases = shard.count_positions(indexed)
-    assert totals == {"train": 17, "val": 5, "test": 3}
+    counts = shard.count_positions(indexed)
+    assert (counts.per_split, counts.duplicates) == ({"train": 17, "val": 5, "test": 3}, 0)
+    bases = counts.bases
     plans = {"train": SplitPlan("train", 17, 8, 2), "val": SplitPlan("val", 5, 4, 1), "test": SplitPlan("test", 3, 8, 4)}
     laid_out = shard.with_layout(indexed, bases, plans).collect()
     for name, plan in plans.items():
@@ -39,8 +40,9 @@ def test_rows_get_consecutive_positions_and_row_groups_within_one_row_of_each_ot
 def test_a_corpus_with_no_rows_left_lays_out_nothing(spark):
     # Every record rejected: no (partition, split) run at all (this once failed to analyse).
     empty = shard.with_local_index(spark.createDataFrame([], "id string, split string"))
-    totals, bases = shard.count_positions(empty)
-    assert (totals, bases) == ({}, {})
+    counts = shard.count_positions(empty)
+    assert (counts.per_split, counts.bases, counts.duplicates) == ({}, {}, 0)
+    bases = counts.bases
     plans = {name: SplitPlan(name, 0, 0, 0) for name in ("train", "val", "test")}
     assert shard.with_layout(empty, bases, plans).collect() == []
 
@@ -56,7 +58,7 @@ def test_write_shards_copes_with_a_partition_that_gets_no_file(spark, tmp_path):
     df = spark.createDataFrame(rows, "id string, split string, num_tokens int, _documents int, _truncated byte, "
                                      "_doc_lengths array<int>").repartition(1).sortWithinPartitions("split", "id")
     indexed = shard.with_local_index(df)
-    totals, bases = shard.count_positions(indexed)
+    bases = shard.count_positions(indexed).bases
     plans = {"train": SplitPlan("train", 2, 2, 1), "val": SplitPlan("val", 1, 2, 1), "test": SplitPlan("test", 0, 0, 0)}
     schema = pa.schema([("id", pa.string()), ("num_tokens", pa.int32())])
     written = shard.write_shards(shard.with_layout(indexed, bases, plans), plans, schema, str(tmp_path), "zstd", "b1")
@@ -64,3 +66,19 @@ def test_write_shards_copes_with_a_partition_that_gets_no_file(spark, tmp_path):
     train = [w for w in written if w.split == "train"][0]
     assert pq.read_table(tmp_path / train.path).column("id").to_pylist() == ["t0", "t1"]
     assert shard.totals_from_files(written)["train"]["tokens"] == 7
+
+
+def test_the_positions_count_also_counts_the_duplicates_de_duplication_removed(spark):
+    # 6 records, 3 distinct texts: de-duplication keeps 3 and removes 3, and the one aggregation that
+    # lays the kept rows out says so, as the separate count does.
+    from pyspark.sql import functions as F
+
+    from spark_jobs import clean
+
+    texts = ["a", "b", "a", "c", "a", "b"]
+    records = spark.createDataFrame([(t, None) for t in texts], "text string, id_raw string")
+    kept = (records.transform(lambda d: clean.with_ids(d, id_from_input=False)).repartition(2, clean.CONTENT_HASH)
+            .transform(clean.drop_duplicates).withColumn("split", F.lit("train")).sortWithinPartitions("split", "id"))
+    counts = shard.count_positions(shard.with_local_index(kept))
+    assert (counts.per_split, counts.duplicates, clean.count_duplicates(kept)) == ({"train": 3}, 3, 3)
+    assert clean.count_duplicates(records) == 0  # no de-duplication ran: nothing was removed
