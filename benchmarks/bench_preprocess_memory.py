@@ -7,7 +7,8 @@ The corpus is real text with unique documents: GCIDE's 126,240 entries (corpora.
 `copies` times with a per-copy prefix ("[k] "), so dedup keeps every one and the output grows with
 the input; 22 copies are 1.0 GB of JSONL, the 4x run 4.1 GB. Prints, per size, the peak RSS of the
 driver Python process, of its JVM (local mode: the driver JVM is also the executor), the largest
-of any Python worker, and the ratios 4x/1x (target: flat within 10 %; driver <= 1 GiB).
+of any Python worker, and the ratios 4x/1x (target: flat within 10 %; driver <= 1 GiB), and the
+largest Python worker's peak per Spark stage, to tell which stage grows.
 """
 from __future__ import annotations
 
@@ -59,19 +60,39 @@ def descendants(pid: int) -> list[tuple[int, str]]:
 
 
 class Sampler(threading.Thread):
-    def __init__(self):
+    """Peak RSS per kind of process, and the largest Python worker's peak per running Spark stage
+    (named by its call site, as the Spark UI names it)."""
+
+    def __init__(self, spark_context=None):
         super().__init__(daemon=True)
         self.peaks = {"driver_python": 0.0, "driver_jvm": 0.0, "python_worker": 0.0}
+        self.worker_by_stage: dict[str, float] = {}
+        self.tracker = spark_context.statusTracker() if spark_context is not None else None
         self.stop = threading.Event()
+
+    def _stages(self) -> list[str]:
+        if self.tracker is None:
+            return []
+        names = []
+        for stage_id in self.tracker.getActiveStageIds():
+            info = self.tracker.getStageInfo(stage_id)
+            if info is not None:
+                names.append(info.name.replace(str(ROOT) + "/", ""))
+        return names
 
     def run(self) -> None:
         me = os.getpid()
         while not self.stop.is_set():
             self.peaks["driver_python"] = max(self.peaks["driver_python"], rss_mb(me))
+            worker = 0.0
             for pid, cmd in descendants(me):
                 kind = "driver_jvm" if "java" in cmd.split(" ")[0] else "python_worker" if "pyspark" in cmd else None
                 if kind:
                     self.peaks[kind] = max(self.peaks[kind], rss_mb(pid))
+                if kind == "python_worker":
+                    worker = max(worker, rss_mb(pid))
+            for stage in self._stages():
+                self.worker_by_stage[stage] = max(self.worker_by_stage.get(stage, 0.0), worker)
             time.sleep(0.2)
 
 
@@ -88,7 +109,7 @@ def child(corpus: str, run_dir: str, max_length: int) -> None:
     session = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "1g").getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
-    sampler = Sampler()
+    sampler = Sampler(session.sparkContext)
     sampler.start()
     started = time.perf_counter()
     manifest = build_dataset(session, config)
@@ -96,7 +117,7 @@ def child(corpus: str, run_dir: str, max_length: int) -> None:
     sampler.stop.set()
     session.stop()
     print(json.dumps({"docs": manifest.input_records, "seconds": seconds, "stages": manifest.stage_seconds,
-                      "load": os.getloadavg()[0], **sampler.peaks}))
+                      "load": os.getloadavg()[0], "worker_by_stage": sampler.worker_by_stage, **sampler.peaks}))
 
 
 def main() -> None:
@@ -136,6 +157,10 @@ def main() -> None:
     small, large = results
     for kind in ("driver_python", "driver_jvm", "python_worker"):
         print(f"{kind:14s} 4x/1x: {large[kind] / max(small[kind], 1e-9):.3f} (target <= 1.10)")
+    print("largest Python worker per stage (call site), 1x -> 4x:")
+    for stage in sorted(set(small["worker_by_stage"]) | set(large["worker_by_stage"])):
+        one, four = small["worker_by_stage"].get(stage, 0.0), large["worker_by_stage"].get(stage, 0.0)
+        print(f"  {stage:60s} {one:6.0f} -> {four:6.0f} MB" + (f" ({four / one:.3f})" if one else ""))
 
 
 if __name__ == "__main__":
