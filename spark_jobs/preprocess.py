@@ -235,18 +235,19 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
         ))
         encode_rows = encode.PadTokens(pre.max_length, tokenizer.pad_token_id, [contract.ID_COLUMN, contract.LABEL])
         totals = None
-        counts = shard.count_positions(indexed)
-        duplicates_removed = counts.duplicates
+        counted_apart = 0
     else:
-        # Packing and stride windows make rows that are not documents: count the duplicates first.
-        duplicates_removed = clean.count_duplicates(ordered)
+        # Packing and stride windows make rows that are not documents (and carry no COPIES): the
+        # duplicates are counted on the documents, apart.
+        counted_apart = clean.count_duplicates(ordered)
         encoded = encode_documents(ordered, config, tokenizer).persist(PERSIST)
         totals = token_stats(encoded)
         indexed = shard.with_local_index(encoded.filter(~F.col(encode.DROPPED)))
         schema = shard.arrow_schema(encoded.select(*columns).schema)
         encode_rows = None
-        counts = shard.count_positions(indexed)
+    counts = shard.count_positions(indexed)
     rows_per_split, bases = counts.per_split, counts.bases
+    duplicates_removed = counted_apart + counts.duplicates  # one of the two counts them, the other is 0
     records.unpersist()
     lap("tokenize")
 

@@ -173,9 +173,15 @@ def write_parquet(uri: str, schema: pa.Schema, groups: list[pa.Table], compressi
     with pq.ParquetWriter(sink, schema, compression=compression) as writer:
         for group in groups:
             writer.write_table(group, row_group_size=max(group.num_rows, 1))
-    data = sink.getvalue().to_pybytes()
+    return store(uri, sink)
+
+
+def store(uri: str, sink: pa.BufferOutputStream) -> tuple[int, str]:
+    """Store a finished in-memory file in one write (the commit protocol's unit: one PUT on object
+    stores, no multipart upload left behind); returns (bytes, sha256)."""
+    data = sink.getvalue()
     storage.write_bytes(uri, data)
-    return len(data), hashlib.sha256(data).hexdigest()
+    return data.size, hashlib.sha256(memoryview(data)).hexdigest()
 
 
 class FileStats:
@@ -228,8 +234,7 @@ class _ShardFile:
         self.next_group, self.end_group = file_number * groups_per_file, (file_number + 1) * groups_per_file
         self.name = attempt_name(f"{split_name}/part-{file_number:05d}", build_id)
         self.uri = f"{root}/{self.name}"
-        # The file is assembled in memory (compressed: about target_mb) and stored in one write, as
-        # the commit protocol wants (one PUT on object stores: no multipart upload left behind).
+        # The file is assembled in memory (compressed: about target_mb), then `store`d in one write.
         self.sink = pa.BufferOutputStream()
         self.writer = pq.ParquetWriter(self.sink, schema, compression=compression)
         self.pending: list[pa.Table] = []
@@ -264,10 +269,8 @@ class _ShardFile:
         self._flush()
         self._write_empty_until(self.end_group)
         self.writer.close()
-        data = self.sink.getvalue()
-        storage.write_bytes(self.uri, data)
-        return (self.split, self.file, self.name, data.size, hashlib.sha256(memoryview(data)).hexdigest(),
-                self.counts, self.stats.to_json())
+        size, digest = store(self.uri, self.sink)
+        return (self.split, self.file, self.name, size, digest, self.counts, self.stats.to_json())
 
 
 class SelectColumns:
@@ -437,9 +440,7 @@ def _write_rejects_file(uri: str, schema: pa.Schema, compression: str,
     writer.close()
     if not counts:
         return None
-    data = sink.getvalue()
-    storage.write_bytes(uri, data)
-    return data.size, hashlib.sha256(memoryview(data)).hexdigest(), counts, reasons
+    return (*store(uri, sink), counts, reasons)
 
 
 def rejects_by_reason(rejects_files: list[WrittenFile]) -> dict[str, int]:
