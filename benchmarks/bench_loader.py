@@ -23,6 +23,7 @@ stall of a real-text mlp run (2 epochs, batch 64) on GCIDE documents built by th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -51,37 +52,28 @@ def load() -> str:
 
 def loader_rows(spec) -> tuple[int, float]:
     """A fresh loader's first epoch: includes its cold start (threads, footers, the first window)."""
-    loader = StatefulLoader(spec)
-    try:
+    with contextlib.closing(StatefulLoader(spec)) as loader:
         started = time.perf_counter()
         rows = sum(batch[contract.LABEL].shape[0] for batch in loader)
         return rows, time.perf_counter() - started
-    finally:
-        loader.close()
 
 
 def running_loader_rows(spec, epochs: int = 2) -> tuple[int, float]:
     """As training reads: one loader whose first epoch is done, then `epochs` more, timed; its reads
     run on across epoch ends, so no epoch after the first waits for a first window."""
-    loader = StatefulLoader(spec)
-    try:
+    with contextlib.closing(StatefulLoader(spec)) as loader:
         for _ in loader:
             pass
         started = time.perf_counter()
         rows = sum(batch[contract.LABEL].shape[0] for _ in range(epochs) for batch in loader)
         return rows, time.perf_counter() - started
-    finally:
-        loader.close()
 
 
 def first_batch_seconds(spec) -> float:
-    loader = StatefulLoader(spec)
-    try:
+    with contextlib.closing(StatefulLoader(spec)) as loader:
         started = time.perf_counter()
         next(iter(loader))
         return time.perf_counter() - started
-    finally:
-        loader.close()
 
 
 def _best_rate(measure, repeats: int) -> float:

@@ -39,23 +39,14 @@ def rss_mb(pid: int) -> float:
 
 def descendants(pid: int) -> list[tuple[int, str]]:
     """(pid, command line) of every process below pid."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], list(children.get(pid, []))
-    while todo:
-        child = todo.pop()
+    from bench_preprocess import process_tree
+
+    out = []
+    for child in process_tree(pid)[1:]:
         try:
-            cmd = (Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")).decode(errors="replace")
+            out.append((child, Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")))
         except OSError:
             continue
-        out.append((child, cmd))
-        todo += children.get(child, [])
     return out
 
 
