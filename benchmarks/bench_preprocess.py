@@ -186,11 +186,12 @@ def spark_job(master: str, corpus: Path, run_dir: Path, max_length: int, label: 
     go to CPU under `job <label or master> <corpus>`."""
     from pyspark.sql import SparkSession
 
+    from pipeline import jvm_archive
     from spark_jobs.preprocess import build_dataset
 
     config = bench_config(corpus, run_dir, max_length, master)
     builder = SparkSession.builder.master(master).appName("bench")
-    for key, value in config.spark.conf.items():
+    for key, value in jvm_archive.driver_conf(config.spark).items():  # as `shardline preprocess` starts it
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

@@ -184,6 +184,8 @@ class SparkConfig(_Strict):
     """Spark settings, passed as --conf key=value (e.g. spark.executor.memory: 4g)."""
     py_files: list[str] = Field(default_factory=list)
     """Passed as --py-files, e.g. the zip `shardline package` writes, for executors without this checkout."""
+    jvm_archive: bool = True
+    """Start the driver's JVM from the class-data archive `scripts/setup.sh` builds (`python -m pipeline.jvm_archive`), when one matches this JDK and Spark's jars: seconds less start-up. Client mode only; without a matching archive the JVM starts as before."""
 
     @field_validator("conf", mode="before")
     @classmethod

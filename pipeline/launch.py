@@ -17,7 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from pipeline import storage
+from pipeline import jvm_archive, storage
 from pipeline.config import ShardlineConfig
 from pipeline.errors import MissingPathError
 
@@ -45,7 +45,7 @@ def spark_submit_executable() -> str:
 def spark_submit_args(config: ShardlineConfig) -> list[str]:
     """spark-submit and its options from spark.*, without the application."""
     command = [spark_submit_executable(), "--master", config.spark.master]
-    for key, value in sorted(config.spark.conf.items()):
+    for key, value in sorted(jvm_archive.driver_conf(config.spark).items()):
         command += ["--conf", f"{key}={value}"]
     if config.spark.py_files:  # the `shardline package` zip, for executors without this checkout
         command += ["--py-files", ",".join(config.spark.py_files)]

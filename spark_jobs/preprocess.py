@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipeline import contract, inputs, storage
+from pipeline import contract, inputs, jvm_archive, storage
 from pipeline.config import ConfigError, ShardlineConfig, load_config, save_config
 from pipeline.errors import ShardlineError
 from pipeline.tokenizer import backend_json, load_tokenizer, train_tokenizer
@@ -339,7 +339,7 @@ def create_spark_session(config: ShardlineConfig) -> SparkSession:
     builder = SparkSession.builder.appName("shardline-preprocess")
     if not _launched_by_spark_submit():
         builder = builder.master(config.spark.master)
-    for key, value in config.spark.conf.items():
+    for key, value in jvm_archive.driver_conf(config.spark).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

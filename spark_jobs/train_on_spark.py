@@ -23,6 +23,7 @@ if __package__ in (None, ""):
     # whose module names must not shadow the standard library's.
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
+from pipeline import jvm_archive
 from pipeline.config import ShardlineConfig, build_config
 from pipeline.errors import ShardlineError
 
@@ -79,7 +80,7 @@ def create_spark_session(config: ShardlineConfig):
         builder = builder.master(config.spark.master)
         if config.spark.py_files:
             builder = builder.config("spark.submit.pyFiles", ",".join(config.spark.py_files))
-    for key, value in config.spark.conf.items():
+    for key, value in jvm_archive.driver_conf(config.spark).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

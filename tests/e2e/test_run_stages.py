@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import driver
+from pipeline import driver, jvm_archive
 from pipeline.config import load_config
 from pipeline.demo import stdlib_docstrings, write_jsonl
 
@@ -104,7 +104,7 @@ def test_dry_run_prints_the_exact_argument_lists_and_runs_nothing(tiny_run):
     conf = load_config(REPO_ROOT / "configs" / "demo.yaml").spark
     assert commands == [
         [str(BIN / "spark-submit"), "--master", conf.master,
-         *[arg for key, value in sorted(conf.conf.items()) for arg in ("--conf", f"{key}={value}")],
+         *[arg for key, value in sorted(jvm_archive.driver_conf(conf).items()) for arg in ("--conf", f"{key}={value}")],
          "--py-files", "/opt/shardline.zip", str(REPO_ROOT / "spark_jobs" / "preprocess.py"),
          "--config", config_path, "--force"],
         [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "training.train", "--config", config_path],

@@ -49,7 +49,7 @@ def test_spark_submit_line_carries_master_conf_and_py_files_in_order():
     config = build_config(
         {"run_dir": "runs/x", "data": {"input": "c.jsonl", "label_column": "label"}, "tokenizer": {"train": {}},
          "spark": {"master": "yarn", "conf": {"spark.executor.memory": "4g", "spark.sql.shuffle.partitions": 64},
-                   "py_files": ["dist/shardline.zip"]}}
+                   "py_files": ["dist/shardline.zip"], "jvm_archive": False}}
     )
     command = driver.spark_submit_command(config, Path("runs/x/config.resolved.yaml"), force=True)
     assert command == [

@@ -1,0 +1,61 @@
+"""The driver JVM's class-data archive: which archive a JDK and a set of jars get, and when the
+driver's Java options name it."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pipeline import jvm_archive
+from pipeline.config import SparkConfig
+
+
+@pytest.fixture()
+def archive(tmp_path, monkeypatch):
+    """An archive file where a JDK and a Spark (both stand-ins: files in tmp_path) have theirs."""
+    (tmp_path / "jdk" / "bin").mkdir(parents=True)
+    (tmp_path / "jdk" / "bin" / "java").write_bytes(b"")
+    (tmp_path / "spark" / "jars").mkdir(parents=True)
+    (tmp_path / "spark" / "jars" / "spark-core.jar").write_bytes(b"x")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "spark"))
+    monkeypatch.setenv(jvm_archive.CACHE_ENV, str(tmp_path / "cache"))
+    path = jvm_archive.archive_path()
+    assert path is not None and path.parent.parent == tmp_path / "cache"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")
+    return path
+
+
+def test_the_driver_options_name_the_archive_after_the_users_own(archive):
+    conf = jvm_archive.driver_conf(SparkConfig(conf={"spark.driver.extraJavaOptions": "-Dkeep=1", "spark.a": "b"}))
+    assert conf == {"spark.driver.extraJavaOptions": f"-Dkeep=1 -XX:SharedArchiveFile={archive}", "spark.a": "b"}
+    assert jvm_archive.driver_conf(SparkConfig())["spark.driver.extraJavaOptions"] == f"-XX:SharedArchiveFile={archive}"
+
+
+@pytest.mark.parametrize("spark", [
+    SparkConfig(jvm_archive=False),
+    SparkConfig(conf={"spark.submit.deployMode": "cluster"}),  # the driver JVM starts on the cluster
+], ids=["switched-off", "cluster-mode"])
+def test_no_archive_where_it_is_off_or_the_driver_runs_elsewhere(archive, spark):
+    assert jvm_archive.driver_conf(spark) == spark.conf
+
+
+def test_no_archive_option_before_one_is_built(archive):
+    archive.unlink()
+    assert jvm_archive.driver_conf(SparkConfig(conf={"spark.a": "b"})) == {"spark.a": "b"}
+
+
+def test_another_jdk_or_a_changed_jar_gets_another_archive(tmp_path):
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "spark-core.jar").write_bytes(b"x")
+    java = tmp_path / "java"
+    java.write_bytes(b"")
+    key = jvm_archive.archive_key(java, jars)
+    assert jvm_archive.archive_key(java, jars) == key
+    os.utime(jars / "spark-core.jar", ns=(1, 1))
+    assert jvm_archive.archive_key(java, jars) != key
+    other_java = tmp_path / "java17"
+    other_java.write_bytes(b"")
+    assert jvm_archive.archive_key(other_java, jars) != jvm_archive.archive_key(java, jars)
