@@ -28,6 +28,7 @@ from pipeline.config import SparkConfig
 
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 CACHE_ENV = "SHARDLINE_CACHE_DIR"
+BUILD_TIMEOUT_S = 600  # the build's preprocess takes ~25 s; set-up must not hang on a stuck JVM
 
 
 def cache_dir() -> Path:
@@ -81,9 +82,8 @@ def driver_conf(spark: SparkConfig) -> dict[str, str]:
 def build(path: Path) -> Path:
     """Run a small real `preprocess` (a tokenizer trained on stdlib docstrings, clean, dedup,
     split, shards) under spark-submit, with the JVM writing the classes it loaded to `path` at exit."""
-    from pipeline import demo
+    from pipeline import demo, driver, launch
     from pipeline.config import load_config, save_config
-    from pipeline.launch import spark_submit_executable
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="shardline-jvm-archive-") as work:
@@ -95,13 +95,11 @@ def build(path: Path) -> Path:
         config_path = Path(work) / "config.yaml"
         save_config(config, str(config_path))
         partial = path.with_name(path.name + ".partial")
-        command = [spark_submit_executable(), "--master", config.spark.master,
-                   "--driver-java-options", f"-XX:ArchiveClassesAtExit={partial}",
-                   *[a for key, value in sorted(config.spark.conf.items()) for a in ("--conf", f"{key}={value}")],
-                   str(Path(__file__).resolve().parent.parent / "spark_jobs" / "preprocess.py"),
-                   "--config", str(config_path)]
-        environment = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-        result = subprocess.run(command, capture_output=True, text=True, env=environment)
+        # The driver's own spark-submit line, with the JVM told to dump its classes at exit.
+        command = [*launch.spark_submit_args(config), "--driver-java-options", f"-XX:ArchiveClassesAtExit={partial}",
+                   str(driver.PREPROCESS_SCRIPT), "--config", str(config_path)]
+        result = subprocess.run(command, capture_output=True, text=True, env=driver.stage_environment(),
+                                timeout=BUILD_TIMEOUT_S)
         if result.returncode != 0 or not partial.exists():
             partial.unlink(missing_ok=True)
             raise RuntimeError(f"spark-submit exited {result.returncode} without an archive: "
@@ -118,7 +116,7 @@ def main() -> int:
     if not path.exists():
         try:
             build(path)
-        except (OSError, RuntimeError) as error:  # only start-up time is lost: set-up goes on
+        except (OSError, RuntimeError, subprocess.SubprocessError) as error:  # only start-up time is lost: set-up goes on
             print(f"jvm_archive: not built ({error}); the driver's JVM starts without an archive", file=sys.stderr)
             return 0
     print(path)
