@@ -191,7 +191,8 @@ def spark_job(master: str, corpus: Path, run_dir: Path, max_length: int, label: 
 
     config = bench_config(corpus, run_dir, max_length, master)
     builder = SparkSession.builder.master(master).appName("bench")
-    for key, value in jvm_archive.driver_conf(config.spark).items():  # as `shardline preprocess` starts it
+    input_bytes = sum(path.stat().st_size for path in ([corpus] if corpus.is_file() else corpus.iterdir()))
+    for key, value in jvm_archive.driver_conf(config.spark, input_bytes).items():  # as `shardline preprocess` starts it
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

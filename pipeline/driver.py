@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline import console, contract, inputs, launch, storage
+from pipeline import console, contract, inputs, jvm_archive, launch, storage
 from pipeline.config import ShardlineConfig, save_config
 from pipeline.errors import ShardlineError
 
@@ -67,10 +67,19 @@ spark_submit_executable = launch.spark_submit_executable
 
 
 def spark_submit_command(config: ShardlineConfig, config_path: Path, force: bool = False) -> list[str]:
-    command = [*launch.spark_submit_args(config), str(PREPROCESS_SCRIPT), "--config", str(config_path)]
+    command = [*launch.spark_submit_args(config, preprocess_input_bytes(config)), str(PREPROCESS_SCRIPT),
+               "--config", str(config_path)]
     if force:
         command.append("--force")
     return command
+
+
+def preprocess_input_bytes(config: ShardlineConfig) -> int | None:
+    """The corpus's size, for a local master's JIT choice (jvm_archive.quick_jit); a cluster's
+    driver does not need it, so its input is not listed here once more."""
+    if config.spark.driver_jit != "auto" or not jvm_archive.runs_tasks_in_driver(config.spark.master):
+        return None
+    return sum(entry.size for entry in inputs.resolve_input_files(config.data.input))
 
 
 def train_command(config: ShardlineConfig, config_path: Path) -> list[str]:

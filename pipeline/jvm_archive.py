@@ -1,4 +1,5 @@
-"""A class-data archive for the Spark driver's JVM (Java's dynamic AppCDS), built once at set-up.
+"""How the Spark driver's JVM starts: from a class-data archive (Java's dynamic AppCDS) built once
+at set-up, and for a short local job with the quick JIT compiler alone (`quick_jit`).
 
 A Spark driver's JVM loads about 11,000 classes from pyspark's jars on every start: read, parsed
 and verified each time, before and during the first job. From an archive they are mapped from one
@@ -10,8 +11,8 @@ starts as before, and one the JVM finds stale anyway it refuses with a warning l
 
     python -m pipeline.jvm_archive        # build it (scripts/setup.sh does), print its path
 
-Only the driver's JVM, and only in client mode: executors on a cluster are started by its manager.
-Imports nothing heavy: the driver and the CLI build their spark-submit commands with it.
+Only the driver's JVM, and the archive only in client mode: executors on a cluster are started by
+its manager. Imports nothing heavy: the driver and the CLI build their spark-submit commands with it.
 """
 from __future__ import annotations
 
@@ -69,13 +70,42 @@ def archive_path() -> Path | None:
     return cache_dir() / "jvm" / f"spark-driver-{archive_key(java, jars)}.jsa"
 
 
-def driver_conf(spark: SparkConfig) -> dict[str, str]:
-    """spark.conf with the archive added to the driver's Java options, when spark.jvm_archive is
-    on, the driver runs here (client mode) and an archive matching this JDK and jars exists."""
+QUICK_JIT_OPTION = "-XX:TieredStopAtLevel=1"  # C1 only: no C2 compiles
+# Below this much input C2's compiles cost a local job more than its faster code wins back. Whole
+# `shardline preprocess` on 2 cores (GCIDE, see README): 47.6 MB 34.2 -> 29.4 s, 190 MB 72.8 ->
+# 65.6 s, 367 MB 115.3 -> 116.6 s (about even).
+QUICK_JIT_MAX_INPUT_BYTES = 256 << 20
+
+
+def runs_tasks_in_driver(master: str) -> bool:
+    """local or local[N]: the driver's JVM is the executor too (local-cluster[...] starts others)."""
+    return master == "local" or master.startswith("local[")
+
+
+def quick_jit(spark: SparkConfig, input_bytes: int | None) -> bool:
+    """Whether the driver's JVM compiles with C1 alone (spark.driver_jit). `auto`: for a local
+    master, where the driver's JVM also runs every task, with under QUICK_JIT_MAX_INPUT_BYTES of
+    input (None: not known, as for training), and Java options of the user's own that set no JIT
+    level. A cluster's driver only plans and schedules, for as long as the job runs."""
+    if spark.driver_jit != "auto":
+        return spark.driver_jit == "c1"
+    return (runs_tasks_in_driver(spark.master) and input_bytes is not None and input_bytes < QUICK_JIT_MAX_INPUT_BYTES
+            and "Tiered" not in spark.conf.get(DRIVER_JAVA_OPTIONS, ""))
+
+
+def driver_conf(spark: SparkConfig, input_bytes: int | None = None) -> dict[str, str]:
+    """spark.conf with the driver's Java options after the user's own: the archive when
+    spark.jvm_archive is on, the driver runs here (client mode) and an archive matching this JDK
+    and jars exists; the quick JIT where `quick_jit` says so for a job reading input_bytes."""
     conf = dict(spark.conf)
+    options = [conf.get(DRIVER_JAVA_OPTIONS)]
     path = archive_path() if spark.jvm_archive and conf.get("spark.submit.deployMode", "client") == "client" else None
     if path is not None and path.exists():
-        conf[DRIVER_JAVA_OPTIONS] = " ".join(filter(None, [conf.get(DRIVER_JAVA_OPTIONS), f"-XX:SharedArchiveFile={path}"]))
+        options.append(f"-XX:SharedArchiveFile={path}")
+    if quick_jit(spark, input_bytes):
+        options.append(QUICK_JIT_OPTION)
+    if any(options[1:]):
+        conf[DRIVER_JAVA_OPTIONS] = " ".join(filter(None, options))
     return conf
 
 

@@ -42,10 +42,11 @@ def spark_submit_executable() -> str:
     return find_executable("spark-submit", "install pyspark 3.5, or put a Spark 3.5 bin/ on PATH")
 
 
-def spark_submit_args(config: ShardlineConfig) -> list[str]:
-    """spark-submit and its options from spark.*, without the application."""
+def spark_submit_args(config: ShardlineConfig, input_bytes: int | None = None) -> list[str]:
+    """spark-submit and its options from spark.*, without the application; input_bytes, the size of
+    what the job reads where known, picks the driver's JIT (jvm_archive.quick_jit)."""
     command = [spark_submit_executable(), "--master", config.spark.master]
-    for key, value in sorted(jvm_archive.driver_conf(config.spark).items()):
+    for key, value in sorted(jvm_archive.driver_conf(config.spark, input_bytes).items()):
         command += ["--conf", f"{key}={value}"]
     if config.spark.py_files:  # the `shardline package` zip, for executors without this checkout
         command += ["--py-files", ",".join(config.spark.py_files)]

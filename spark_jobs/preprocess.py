@@ -331,7 +331,7 @@ def contract_columns(task: str) -> list[str]:
     return [contract.ID_COLUMN, contract.INPUT_IDS, contract.ATTENTION_MASK, contract.LABEL, contract.NUM_TOKENS]
 
 
-def create_spark_session(config: ShardlineConfig) -> SparkSession:
+def create_spark_session(config: ShardlineConfig, input_bytes: int | None = None) -> SparkSession:
     # Spark's Python workers must run this interpreter (the one with pandas/pyarrow/tokenizers),
     # not whatever `python3` is first on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -339,7 +339,7 @@ def create_spark_session(config: ShardlineConfig) -> SparkSession:
     builder = SparkSession.builder.appName("shardline-preprocess")
     if not _launched_by_spark_submit():
         builder = builder.master(config.spark.master)
-    for key, value in jvm_archive.driver_conf(config.spark).items():
+    for key, value in jvm_archive.driver_conf(config.spark, input_bytes).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 
@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"preprocess: {config.dataset_dir} is already built from this config; skipping")
             return 0
         save_config(config, config.run_path("config.resolved.yaml"))
-        spark = create_spark_session(config)
+        spark = create_spark_session(config, sum(entry.size for entry in files))
         try:
             with SparkProgress(spark.sparkContext):
                 manifest = build_dataset(spark, config, files)

@@ -35,7 +35,8 @@ def spark(s3_server):
 
     builder = SparkSession.builder.master("local[2]").appName("shardline-tests")
     conf = {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"}
-    for key, value in jvm_archive.driver_conf(SparkConfig(conf=conf)).items():  # the archive setup built
+    # As `shardline preprocess` starts a driver for small input: the archive set-up built, the quick JIT.
+    for key, value in jvm_archive.driver_conf(SparkConfig(master="local[2]", conf=conf), input_bytes=0).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

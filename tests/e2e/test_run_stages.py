@@ -102,9 +102,11 @@ def test_dry_run_prints_the_exact_argument_lists_and_runs_nothing(tiny_run):
     commands = [shlex.split(line) for line in result.stdout.splitlines() if line.startswith("  ")]
     config_path = str(run_dir / "config.resolved.yaml")
     conf = load_config(REPO_ROOT / "configs" / "demo.yaml").spark
+    input_bytes = (run_dir.parent / "corpus.jsonl").stat().st_size  # a small corpus: the quick JIT
+    assert jvm_archive.quick_jit(conf, input_bytes)
     assert commands == [
         [str(BIN / "spark-submit"), "--master", conf.master,
-         *[arg for key, value in sorted(jvm_archive.driver_conf(conf).items()) for arg in ("--conf", f"{key}={value}")],
+         *[arg for key, value in sorted(jvm_archive.driver_conf(conf, input_bytes).items()) for arg in ("--conf", f"{key}={value}")],
          "--py-files", "/opt/shardline.zip", str(REPO_ROOT / "spark_jobs" / "preprocess.py"),
          "--config", config_path, "--force"],
         [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "training.train", "--config", config_path],

@@ -1,4 +1,5 @@
-"""A driver JVM started the way `shardline preprocess` starts it loads Spark from the archive."""
+"""A driver JVM started the way `shardline preprocess` starts it loads Spark from the archive, and
+compiles with C1 alone for a small local corpus."""
 from __future__ import annotations
 
 import os
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-from pipeline import jvm_archive, launch
+from pipeline import driver, jvm_archive, launch
 from pipeline.config import build_config
 
 SCRIPT = """
@@ -57,3 +58,31 @@ def test_the_driver_jvm_loads_spark_from_the_archive_setup_built(built_archive, 
     # (a preprocess run) still load from the jars.
     assert with_archive["archive"] > 0.9 * without["jars"]
     assert with_archive["jars"] < 0.05 * without["jars"]
+
+
+JIT_SCRIPT = """
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.getOrCreate()
+jvm = spark._jvm
+bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+    jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+print("TieredStopAtLevel=" + bean.getVMOption("TieredStopAtLevel").getValue())
+spark.stop()
+"""
+
+
+@pytest.mark.parametrize("driver_jit, level", [("auto", "1"), ("tiered", "4")])
+def test_a_small_local_corpus_gets_a_driver_jvm_with_the_quick_jit(tmp_path, driver_jit, level):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"text": "a small corpus", "label": "x"}\n')
+    script = tmp_path / "job.py"
+    script.write_text(JIT_SCRIPT)
+    config = build_config({
+        "run_dir": str(tmp_path / "run"), "data": {"input": str(corpus), "label_column": "label"}, "tokenizer": {"path": "unused"},
+        "spark": {"master": "local[1]", "driver_jit": driver_jit, "conf": {"spark.ui.enabled": "false"}},
+    })
+    environment = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    command = [*launch.spark_submit_args(config, driver.preprocess_input_bytes(config)), str(script)]
+    result = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"TieredStopAtLevel={level}" in result.stdout.splitlines()

@@ -59,3 +59,32 @@ def test_another_jdk_or_a_changed_jar_gets_another_archive(tmp_path):
     other_java = tmp_path / "java17"
     other_java.write_bytes(b"")
     assert jvm_archive.archive_key(other_java, jars) != jvm_archive.archive_key(java, jars)
+
+
+SMALL, BIG = 40 << 20, jvm_archive.QUICK_JIT_MAX_INPUT_BYTES
+
+
+@pytest.mark.parametrize("spark, input_bytes, quick", [
+    (SparkConfig(master="local[2]"), SMALL, True),
+    (SparkConfig(master="local"), 0, True),
+    (SparkConfig(master="local[2]"), BIG, False),  # C2's faster code pays back on a long run
+    (SparkConfig(master="local[2]"), None, False),  # size not known (the training driver)
+    (SparkConfig(master="spark://head:7077"), SMALL, False),  # the driver only plans and schedules
+    (SparkConfig(master="local-cluster[2,1,1024]"), SMALL, False),  # executors are other JVMs
+    (SparkConfig(master="local[2]", conf={"spark.driver.extraJavaOptions": "-XX:-TieredCompilation"}), SMALL, False),
+    (SparkConfig(master="spark://head:7077", driver_jit="c1"), BIG, True),
+    (SparkConfig(master="local[2]", driver_jit="tiered"), SMALL, False),
+], ids=["small-local", "local-no-brackets", "big-local", "unknown-size", "cluster", "local-cluster",
+        "users-own-jit-option", "forced-c1", "forced-tiered"])
+def test_the_quick_jit_goes_to_short_local_jobs_only(spark, input_bytes, quick):
+    assert jvm_archive.quick_jit(spark, input_bytes) is quick
+
+
+def test_the_quick_jit_option_follows_the_users_options_and_the_archive(archive):
+    spark = SparkConfig(master="local[2]", conf={"spark.driver.extraJavaOptions": "-Dkeep=1"})
+    assert jvm_archive.driver_conf(spark, SMALL)["spark.driver.extraJavaOptions"] == (
+        f"-Dkeep=1 -XX:SharedArchiveFile={archive} {jvm_archive.QUICK_JIT_OPTION}")
+    archive.unlink()
+    assert jvm_archive.driver_conf(SparkConfig(master="local[2]"), SMALL) == {
+        "spark.driver.extraJavaOptions": jvm_archive.QUICK_JIT_OPTION}
+    assert jvm_archive.driver_conf(SparkConfig(master="local[2]"), BIG) == {}
