@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
 from pipeline.config import TokenizerTrainConfig, resolve_local_path
 from pipeline.errors import MissingPathError, ShardlineError
@@ -162,9 +162,9 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     elif path_obj.is_dir() or not _looks_like_hub_name(str(path)):
         if not path_obj.exists():
             raise MissingPathError(f"tokenizer.path {path} does not exist")
-        tokenizer = AutoTokenizer.from_pretrained(str(path_obj))
+        tokenizer = _auto_tokenizer().from_pretrained(str(path_obj))
     else:
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        tokenizer = _auto_tokenizer().from_pretrained(str(path))
     if not tokenizer.is_fast:
         raise ShardlineError(f"tokenizer at {path} has no fast (Rust) implementation; shardline needs one")
     if tokenizer.pad_token_id is None:
@@ -179,6 +179,15 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
 
 
 _CONVENTIONAL_PAD_TOKENS = ("[PAD]", "<pad>", "<|pad|>", "<|padding|>")
+
+
+def _auto_tokenizer():
+    """transformers.AutoTokenizer, imported where a directory needs its class resolved: it imports
+    torch (~1.7 s), which the Spark job's driver never uses otherwise (a trained tokenizer or a
+    bare tokenizer.json is a PreTrainedTokenizerFast)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer
 
 
 def _looks_like_hub_name(text: str) -> bool:

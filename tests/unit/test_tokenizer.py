@@ -58,3 +58,24 @@ def test_training_three_times_gives_identical_tokenizer_files(docstring_records,
     assert saved[0] == saved[1] == saved[2]
     vocab = json.loads(saved[0]["tokenizer.json"])["model"]["vocab"]
     assert len(vocab) == 800  # the whole budget is used, by merges beyond the alphabet
+
+
+def test_training_saving_and_a_bare_tokenizer_json_never_import_torch(tmp_path):
+    """AutoTokenizer imports torch (seconds of a Spark job driver's start); only a tokenizer
+    directory needs it, to resolve its class."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+from pipeline.config import TokenizerTrainConfig
+from pipeline.tokenizer import load_tokenizer, train_tokenizer
+texts = ["the event loop runs callbacks", "a future is awaited"] * 50
+train_tokenizer(texts, TokenizerTrainConfig(vocab_size=120)).save_pretrained({str(tmp_path)!r})
+load_tokenizer({str(tmp_path / "tokenizer.json")!r})
+print("torch" in sys.modules)
+load_tokenizer({str(tmp_path)!r})
+print("torch" in sys.modules)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "True"]
