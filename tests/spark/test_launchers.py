@@ -112,8 +112,10 @@ def test_two_torchrun_nodes_at_a_c10d_rendezvous_train_one_model_on_disjoint_dat
                             "--rdzv_endpoint", f"127.0.0.1:{port}"]
     lineage = json.loads((run_dir / "model" / "lineage.json").read_text())
     hashes = lineage["weights_sha256_per_rank"]
-    assert len(hashes) == 2 and hashes[0] == hashes[1]  # one process per node, identical final weights
     ranks = [_samples(run_dir, rank) for rank in (0, 1)]
+    # One process per node, identical final weights; on failure, what each rank ran and printed.
+    assert len(hashes) == 2 and hashes[0] == hashes[1], (
+        f"steps per rank {[len(r) for r in ranks]}\n" + "\n".join(out[-3000:] + err[-2000:] for _, out, err in results))
     assert [s["step"] for s in ranks[0]] == [s["step"] for s in ranks[1]] and ranks[0]
     seen = [[i for s in steps[: len(steps) // 2] for i in s["ids"]] for steps in ranks]  # epoch 0
     assert not set(seen[0]) & set(seen[1]) and all(len(set(ids)) == len(ids) for ids in seen)
