@@ -98,14 +98,14 @@ def driver_conf(spark: SparkConfig, input_bytes: int | None = None) -> dict[str,
     spark.jvm_archive is on, the driver runs here (client mode) and an archive matching this JDK
     and jars exists; the quick JIT where `quick_jit` says so for a job reading input_bytes."""
     conf = dict(spark.conf)
-    options = [conf.get(DRIVER_JAVA_OPTIONS)]
+    added = []
     path = archive_path() if spark.jvm_archive and conf.get("spark.submit.deployMode", "client") == "client" else None
     if path is not None and path.exists():
-        options.append(f"-XX:SharedArchiveFile={path}")
+        added.append(f"-XX:SharedArchiveFile={path}")
     if quick_jit(spark, input_bytes):
-        options.append(QUICK_JIT_OPTION)
-    if any(options[1:]):
-        conf[DRIVER_JAVA_OPTIONS] = " ".join(filter(None, options))
+        added.append(QUICK_JIT_OPTION)
+    if added:
+        conf[DRIVER_JAVA_OPTIONS] = " ".join(filter(None, [conf.get(DRIVER_JAVA_OPTIONS), *added]))
     return conf
 
 
