@@ -129,13 +129,21 @@ class ShardConfig(_Strict):
     """How each split is laid out in Parquet files and row groups."""
 
     target_mb: float = Field(128, gt=0)
-    """Approximate Parquet file size in MB; sets the number of files per split."""
+    """Compressed Parquet file size in MB at which a tokenizing task starts its next file of a split."""
     row_group_rows: int = Field(8192, ge=1)
-    """Upper bound on rows per row group (the groups of a split are equal-sized, to within one row)."""
-    divisible_by: int = Field(8, ge=1)
-    """Row groups per split are a multiple of this (even windows and read-ahead; the reader shares rows evenly over any process count regardless)."""
+    """Rows per row group; a task's last row group of a split holds the rest."""
     compression: Literal["zstd", "snappy"] = "zstd"
     """Parquet compression codec."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_divisible_by(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "divisible_by" in data:
+            raise ValueError(
+                "divisible_by was removed: the reader gives every rank the same rows on any dataset, "
+                "so row groups no longer come in multiples; delete the key"
+            )
+        return data
 
 
 class PreprocessConfig(_Strict):

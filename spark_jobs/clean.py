@@ -3,7 +3,7 @@
 Pure DataFrame -> DataFrame functions over read.RECORD_SCHEMA-shaped frames. A record that fails a
 check is not dropped: it gets a `reject_reason` (the first one that applies) and ends in rejects/.
 Only `drop_duplicates` removes rows; it keeps, on each row it keeps, how many rows it stood for
-(COPIES), so whichever later job counts the rows also counts what was removed, for the manifest.
+(COPIES), so the tasks that write the shards also count what was removed, for the manifest.
 """
 from __future__ import annotations
 
@@ -99,19 +99,11 @@ def with_ids(df: DataFrame, id_from_input: bool) -> DataFrame:
     return df.withColumn(contract.ID_COLUMN, doc_id)
 
 
-def count_duplicates(df: DataFrame) -> int:
-    """Rows drop_duplicates removed before df (every copy of a content hash beyond the first), from
-    the COPIES it kept: one aggregation over df, none when df has no COPIES (no de-duplication)."""
-    if COPIES not in df.columns:
-        return 0
-    return int(df.agg(F.sum(F.col(COPIES) - 1)).first()[0] or 0)
-
-
 def drop_duplicates(df: DataFrame) -> DataFrame:
     """Keep one document per content hash: the smallest row (id first), so the choice does not depend
     on input order or partitioning; COPIES says how many rows it stands for. One shuffle, by content
-    hash, and no count of its own: count_duplicates, or any aggregation summing COPIES - 1 in a job
-    that runs anyway (shard.count_positions), counts what it removed."""
+    hash, and no count of its own: the shard writers sum COPIES - 1 as the documents stream past
+    (shard.write_partitions)."""
     others = [contract.ID_COLUMN] + [c for c in df.columns if c not in (CONTENT_HASH, contract.ID_COLUMN)]
     kept = df.groupBy(CONTENT_HASH).agg(F.min(F.struct(*others)).alias("_kept"), F.count(F.lit(1)).alias(COPIES))
     return kept.select(*[F.col(f"_kept.{c}") if c != CONTENT_HASH else F.col(c) for c in df.columns], COPIES)

@@ -1,9 +1,11 @@
 """Tokenization inside Spark, on Arrow batches, with the Rust tokenizer built once per Python worker.
 
-Both encoders run in `mapInArrow`: each Arrow batch of text goes through one `encode_batch_fast`
-call (one Rust thread per Spark task slot, so cores are not oversubscribed), and the token columns
-are built in bulk with numpy (flat ids + lengths -> padded 2-D array -> Arrow list arrays), with no
-per-token Python objects.
+Each encoder is a function of a task's Arrow batches (`padded_batches`, `packed_batches`), run by
+the shard writer in the task that writes the rows (shard.write_partitions), or on its own in
+`mapInArrow` (`encode_padded`, `pack_causal_lm`). Each Arrow batch of text goes through one
+`encode_batch_fast` call (one Rust thread per Spark task slot, so cores are not oversubscribed), and
+the token columns are built in bulk with numpy (flat ids + lengths -> padded 2-D array -> Arrow list
+arrays), with no per-token Python objects.
 
 - `encode_padded` (classification): pad/truncate to max_length, or with `stride` cut long documents
   into overlapping windows, one row each.
@@ -21,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -181,46 +183,6 @@ class PaddedEncoder:
         return encodings
 
 
-TOKENS = "_tokens"  # binary: a document's token ids (int32, little-endian), unpadded, at most max_length
-
-
-def encode_unpadded(df: DataFrame, tokenizer_json: str, max_length: int, text_column: str = "text") -> DataFrame:
-    """Replace text by TOKENS (binary), num_tokens and TRUNCATED: one row per document, truncated
-    to max_length, not padded. A binary column crosses between Python and the JVM (and through a
-    shuffle) as one buffer copy, where list<int32> costs a conversion per element; the shard
-    writer pads it (PadTokens)."""
-    keep = [f for f in df.schema.fields if f.name != text_column]
-    out_schema = T.StructType(keep + [
-        T.StructField(TOKENS, T.BinaryType(), False),
-        T.StructField(contract.NUM_TOKENS, T.IntegerType(), False),
-        T.StructField(TRUNCATED, T.ByteType(), False),
-    ])
-    encode_batch = UnpaddedTokens(tokenizer_json, max_length, [f.name for f in keep], out_schema.fieldNames(),
-                                  text_column)
-    return df.mapInArrow(batch_by_batch(encode_batch), out_schema)
-
-
-class UnpaddedTokens:
-    """encode_unpadded's batch encoder: the kept columns, then TOKENS, num_tokens and TRUNCATED."""
-
-    def __init__(self, tokenizer_json: str, max_length: int, keep_names: list[str], names: list[str],
-                 text_column: str = "text"):
-        self.tokenizer_json, self.max_length = tokenizer_json, max_length
-        self.keep_names, self.names, self.text_column = keep_names, names, text_column
-        self.encoder = PaddedEncoder(tokenizer_json, max_length, pad_id=0)
-
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        tokenizer = _worker_tokenizer(self.tokenizer_json, self.max_length)
-        encodings = self.encoder._encode_texts(tokenizer, batch.column(self.text_column).to_pylist())
-        truncated = np.fromiter((bool(e.overflowing) for e in encodings), dtype=np.int8, count=len(encodings))
-        ids, lengths = flat_ids(encodings)
-        return pa.RecordBatch.from_arrays(
-            [batch.column(name) for name in self.keep_names]
-            + [token_bytes(ids, lengths), pa.array(lengths.astype(np.int32)), pa.array(truncated)],
-            names=self.names,
-        )
-
-
 def batch_by_batch(encode_batch):
     """mapInArrow's function: encode_batch on each batch, nothing of a batch kept while the next
     is encoded. A loop body that binds the tokenizer's encodings (about 100 MB per 10,000-row batch,
@@ -232,45 +194,6 @@ def batch_by_batch(encode_batch):
             yield encode_batch(batch)
 
     return encode_batches
-
-
-def token_bytes(ids: np.ndarray, lengths: np.ndarray) -> pa.BinaryArray:
-    """Flat int32 ids cut by lengths -> one binary value per row, without per-row Python."""
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-    np.cumsum(lengths * 4, out=offsets[1:])
-    data = np.ascontiguousarray(ids, dtype="<i4")
-    return pa.Array.from_buffers(pa.binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
-def ids_of(tokens: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """token_bytes inverted: (flat int32 ids, lengths)."""
-    tokens = tokens.combine_chunks() if isinstance(tokens, pa.ChunkedArray) else tokens
-    offsets = np.frombuffer(tokens.buffers()[1], dtype=np.int32, count=len(tokens) + 1, offset=tokens.offset * 4)
-    data = tokens.buffers()[2]
-    flat = np.frombuffer(data, dtype="<i4", count=(offsets[-1] - offsets[0]) // 4, offset=int(offsets[0])) if data else np.zeros(0, np.int32)
-    return flat.astype(np.int32, copy=False), (np.diff(offsets) // 4).astype(np.int64)
-
-
-class PadTokens:
-    """The shard writer's row encoder (shard.write_shards) for encode_unpadded's rows: the kept
-    columns, input_ids / attention_mask padded to max_length, num_tokens and the stat columns."""
-
-    def __init__(self, max_length: int, pad_id: int, keep_names: list[str]):
-        self.max_length, self.pad_id, self.keep_names = max_length, pad_id, keep_names
-
-    def __call__(self, batch: pa.RecordBatch) -> pa.Table:
-        ids, lengths = ids_of(batch.column(TOKENS))
-        padded = pad_rows(ids, lengths, self.max_length, self.pad_id)
-        mask = (np.arange(self.max_length) < lengths[:, None]).astype(np.int8)
-        num_tokens = lengths.astype(np.int32)
-        columns = [batch.column(name) for name in self.keep_names] + [
-            list_array(padded, pa.int32()), list_array(mask, pa.int8()), pa.array(num_tokens),
-            pa.array(np.ones(len(lengths), dtype=np.int32)), batch.column(TRUNCATED),
-            _one_or_none_list(num_tokens, np.ones(len(lengths), dtype=bool)),
-        ]
-        names = self.keep_names + [contract.INPUT_IDS, contract.ATTENTION_MASK, contract.NUM_TOKENS,
-                                   DOCUMENTS, TRUNCATED, DOC_LENGTHS]
-        return pa.Table.from_arrays(columns, names=names)
 
 
 # A cut at max_length * this many characters keeps max_length tokens for nearly all text (English
@@ -329,12 +252,14 @@ def cuts_are_exact(tokenizer_json: str) -> bool:
     )
 
 
-def encode_padded(
-    df: DataFrame, tokenizer_json: str, max_length: int, pad_id: int, stride: int | None = None,
-    text_column: str = "text",
-) -> DataFrame:
-    """Replace text by input_ids / attention_mask (max_length, padded) and num_tokens (PaddedEncoder)."""
-    keep = [f for f in df.schema.fields if f.name != text_column]
+BatchFunction = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+
+def padded_batches(input_schema: T.StructType, tokenizer_json: str, max_length: int, pad_id: int,
+                   stride: int | None = None, text_column: str = "text") -> tuple[BatchFunction, T.StructType]:
+    """(a task's batches -> padded rows, their schema): every input column but the text, then
+    input_ids / attention_mask (max_length, padded), num_tokens and the accounting columns."""
+    keep = [f for f in input_schema.fields if f.name != text_column]
     out_schema = T.StructType(keep + padded_fields(max_length) + _STAT_FIELDS)
     keep_names = [f.name for f in keep]
     encoder = PaddedEncoder(tokenizer_json, max_length, pad_id, stride)
@@ -342,19 +267,20 @@ def encode_padded(
     def encode_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
         return pa.RecordBatch.from_arrays(encoder.encode(batch, keep_names, text_column), names=out_schema.fieldNames())
 
-    return df.mapInArrow(batch_by_batch(encode_batch), out_schema)
+    return batch_by_batch(encode_batch), out_schema
 
 
-def pack_causal_lm(
-    df: DataFrame, tokenizer_json: str, max_length: int, pad_id: int, eos_id: int,
-    drop_remainder: bool = False, text_column: str = "text",
+def encode_padded(
+    df: DataFrame, tokenizer_json: str, max_length: int, pad_id: int, stride: int | None = None,
+    text_column: str = "text",
 ) -> DataFrame:
-    """Pack the documents of each (partition, split) stream into blocks of max_length tokens.
+    """Replace text by input_ids / attention_mask (max_length, padded) and num_tokens (PaddedEncoder)."""
+    return df.mapInArrow(*padded_batches(df.schema, tokenizer_json, max_length, pad_id, stride, text_column))
 
-    Expects rows sorted by (split, id) within partitions (the order documents are packed in).
-    Output columns: id (first document's id @ its position), split, the four token columns,
-    num_tokens, and the accounting columns.
-    """
+
+def packed_batches(tokenizer_json: str, max_length: int, pad_id: int, eos_id: int, drop_remainder: bool = False,
+                   text_column: str = "text") -> tuple[BatchFunction, T.StructType]:
+    """(a task's batches of documents -> packed blocks, their schema); see pack_causal_lm."""
     out_schema = T.StructType(
         [T.StructField(contract.ID_COLUMN, T.StringType(), False), T.StructField(SPLIT, T.StringType(), False)]
         + _token_fields(contract.INPUT_IDS)
@@ -406,7 +332,20 @@ def pack_causal_lm(
             names=out_schema.fieldNames(),
         )
 
-    return df.mapInArrow(pack_batches, out_schema)
+    return pack_batches, out_schema
+
+
+def pack_causal_lm(
+    df: DataFrame, tokenizer_json: str, max_length: int, pad_id: int, eos_id: int,
+    drop_remainder: bool = False, text_column: str = "text",
+) -> DataFrame:
+    """Pack the documents of each (partition, split) stream into blocks of max_length tokens.
+
+    Expects rows sorted by (split, id) within partitions (the order documents are packed in).
+    Output columns: id (first document's id @ its position), split, the four token columns,
+    num_tokens, and the accounting columns.
+    """
+    return df.mapInArrow(*packed_batches(tokenizer_json, max_length, pad_id, eos_id, drop_remainder, text_column))
 
 
 class PackedBlocks:

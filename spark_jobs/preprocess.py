@@ -18,6 +18,7 @@ if __package__ in (None, ""):
     # whose module names must not shadow the standard library's.
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -28,11 +29,11 @@ from pipeline.config import ConfigError, ShardlineConfig, load_config, save_conf
 from pipeline.errors import ShardlineError
 from pipeline.tokenizer import backend_json, load_tokenizer, train_tokenizer
 from spark_jobs import clean, encode, read, shard, split
-from spark_jobs.manifest import begin_build, publish, remove_unlisted, token_stats, versions
+from spark_jobs.manifest import begin_build, publish, remove_unlisted, versions
 from spark_jobs.manifest import split_stats as split_stats_of
 from spark_jobs.progress import SparkProgress
 
-PERSIST = StorageLevel.DISK_ONLY  # what the job reuses (records, token rows): see build_dataset
+PERSIST = StorageLevel.DISK_ONLY  # the read records, which the job reuses: see build_dataset
 
 # Changing any config section outside these never rebuilds a dataset.
 DATASET_SECTIONS = contract.DATASET_SECTIONS
@@ -113,8 +114,8 @@ def documents_by_content(good: DataFrame, config: ShardlineConfig, label_map: di
                          num_partitions: int) -> DataFrame:
     """Documents (id, split, text, label, ...) hashed by content hash into num_partitions and sorted
     by (split, id) within them; with de-duplication one per content hash, carrying clean.COPIES
-    (counted later, by a job that runs anyway). De-duplication (a group-by on the same key) needs no
-    second shuffle, and which partition a document lands in depends on its text alone, never on the
+    (summed by the shard writers). De-duplication (a group-by on the same key) needs no second
+    shuffle, and which partition a document lands in depends on its text alone, never on the
     cluster, so the same corpus gives the same shards everywhere."""
     pre = config.preprocess
     docs = good.transform(lambda d: clean.with_ids(d, config.data.id_column is not None))
@@ -130,26 +131,20 @@ def documents_by_content(good: DataFrame, config: ShardlineConfig, label_map: di
     return docs.sortWithinPartitions(split.SPLIT, contract.ID_COLUMN)
 
 
-def writes_unpadded_tokens(config: ShardlineConfig) -> bool:
-    """One row per document (classification without stride windows): the token ids go to the
-    writers unpadded, as binary, and the writers pad them and count the tokens."""
-    return config.preprocess.task == "classification" and not config.preprocess.stride
-
-
-def encode_documents(ordered: DataFrame, config: ShardlineConfig, tokenizer) -> DataFrame:
-    """Documents (id, split, text[, label]), in packing order -> token rows of the configured task
-    (in the JVM: for packing and stride windows, whose row counts the layout needs first)."""
+def encoder_for(documents: DataFrame, config: ShardlineConfig, tokenizer) -> tuple[encode.BatchFunction, pa.Schema]:
+    """The configured task's encoder over a task's document batches (id, split, text[, label,
+    copies]), in packing order, and the Arrow schema of the files its rows go into."""
     pre = config.preprocess
     if pre.task == "causal_lm":
-        eos_id = causal_lm_eos_id(tokenizer)
-        return encode.pack_causal_lm(
-            ordered.select(contract.ID_COLUMN, split.SPLIT, read.TEXT), backend_json(tokenizer),
-            pre.max_length, tokenizer.pad_token_id, eos_id, pre.drop_remainder,
+        encode_batches, out_schema = encode.packed_batches(
+            backend_json(tokenizer), pre.max_length, tokenizer.pad_token_id, causal_lm_eos_id(tokenizer),
+            pre.drop_remainder,
         )
-    return encode.encode_padded(
-        ordered.select(contract.ID_COLUMN, split.SPLIT, read.TEXT, contract.LABEL), backend_json(tokenizer),
-        pre.max_length, tokenizer.pad_token_id, pre.stride,
-    )
+    else:
+        encode_batches, out_schema = encode.padded_batches(
+            documents.schema, backend_json(tokenizer), pre.max_length, tokenizer.pad_token_id, pre.stride,
+        )
+    return encode_batches, shard.arrow_schema(T.StructType([out_schema[name] for name in contract_columns(pre.task)]))
 
 
 def causal_lm_eos_id(tokenizer) -> int:
@@ -220,57 +215,24 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
     lap("tokenizer")
 
     num_partitions = read.num_partitions_for(files, pre.num_partitions)
-    ordered = documents_by_content(good, config, label_map, num_partitions)
-    columns = contract_columns(pre.task)
-    if writes_unpadded_tokens(config):
-        # Token ids cross the JVM as one binary value per document; the writer tasks pad them. One
-        # row per document, so the positions count also counts the duplicates (COPIES) behind them.
-        kept = [contract.ID_COLUMN, split.SPLIT, read.TEXT, contract.LABEL]
-        kept += [clean.COPIES] if clean.COPIES in ordered.columns else []
-        encoded = encode.encode_unpadded(ordered.select(*kept), backend_json(tokenizer), pre.max_length).persist(PERSIST)
-        indexed = shard.with_local_index(encoded)
-        schema = shard.arrow_schema(T.StructType(
-            [encoded.schema[contract.ID_COLUMN]] + encode.padded_fields(pre.max_length)[:2]
-            + [encoded.schema[contract.LABEL]] + encode.padded_fields(pre.max_length)[2:]
-        ))
-        encode_rows = encode.PadTokens(pre.max_length, tokenizer.pad_token_id, [contract.ID_COLUMN, contract.LABEL])
-        totals = None
-        counted_apart = 0
-    else:
-        # Packing and stride windows make rows that are not documents (and carry no COPIES): the
-        # duplicates are counted on the documents, apart.
-        counted_apart = clean.count_duplicates(ordered)
-        encoded = encode_documents(ordered, config, tokenizer).persist(PERSIST)
-        totals = token_stats(encoded)
-        indexed = shard.with_local_index(encoded.filter(~F.col(encode.DROPPED)))
-        schema = shard.arrow_schema(encoded.select(*columns).schema)
-        encode_rows = None
-    counts = shard.count_positions(indexed)
-    rows_per_split, bases = counts.per_split, counts.bases
-    duplicates_removed = counted_apart + counts.duplicates  # one of the two counts them, the other is 0
+    documents = documents_by_content(good, config, label_map, num_partitions)
+    # Only what the encoder and the duplicates count read crosses into Python.
+    wanted = [contract.ID_COLUMN, split.SPLIT, read.TEXT, contract.LABEL, clean.COPIES]
+    documents = documents.select(*[c for c in wanted if c in documents.columns])
+    encode_batches, schema = encoder_for(documents, config, tokenizer)
+    # One stage tokenizes and writes: the encoder runs in the task that writes its rows.
+    written = shard.write_partitions(documents, encode_batches, schema, dataset_dir, pre.shard, build_id)
     records.unpersist()
-    lap("tokenize")
-
-    bytes_per_row = shard.row_bytes(pre.max_length, pre.task)
-    plans = {name: shard.plan_split(name, rows_per_split.get(name, 0), bytes_per_row, pre.shard) for name in contract.SPLITS}
-    written = shard.write_shards(
-        shard.with_layout(indexed, bases, plans), plans, schema, dataset_dir, pre.shard.compression, build_id,
-        encode_rows,
-    )
-    written += shard.write_missing_files(plans, written, schema, dataset_dir, pre.shard.compression, build_id)
-    if totals is None:
-        totals = shard.totals_from_files(written)
-    encoded.unpersist()
-    lap("shard_write")
+    lap("tokenize_write")
 
     split_stats = {
-        name: split_stats_of([w.data_file() for w in sorted(written) if w.split == name], totals.get(name), pre.max_length)
+        name: split_stats_of([w.data_file() for w in written.files if w.split == name], written.totals.get(name),
+                             pre.max_length)
         for name in contract.SPLITS
     }
-    documents = sum(s.documents for s in split_stats.values())
+    num_documents = sum(s.documents for s in split_stats.values())
     rejected_total = sum(rejects_by_reason.values())
-    check_accounting(input_records, documents, rejected_total, duplicates_removed,
-                     {name: s.rows for name, s in split_stats.items()}, rows_per_split, dataset_dir)
+    check_accounting(input_records, num_documents, rejected_total, written.duplicates, dataset_dir)
     manifest = contract.Manifest(
         schema_version=contract.SCHEMA_VERSION,
         task=pre.task,
@@ -283,7 +245,7 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
         input_records=input_records,
         rejected_records=rejected_total,
         rejected_by_reason=dict(sorted(rejects_by_reason.items())),
-        duplicates_removed=duplicates_removed,
+        duplicates_removed=written.duplicates,
         token_count=sum(s.tokens for s in split_stats.values()),
         splits=split_stats,
         input_files=inputs.input_file_list(files),
@@ -304,22 +266,18 @@ class AccountingError(RuntimeError):
     """The job's own counts disagree: records were lost or counted twice on the way to the shards."""
 
 
-def check_accounting(input_records: int, documents: int, rejected: int, duplicates: int,
-                     rows_written: dict[str, int], rows_encoded: dict[str, int], dataset_dir: str) -> None:
+def check_accounting(input_records: int, documents: int, rejected: int, duplicates: int, dataset_dir: str) -> None:
     """Fail the job, before anything is published, unless every input record is a document, a
-    reject or a removed duplicate, and the Parquet footers hold every encoded row."""
-    problems = []
+    reject or a removed duplicate. Each term is counted where it happens: input records by the
+    read pass, rejects by what the rejects writers wrote, documents and duplicates by the tasks that
+    wrote the shards."""
     unaccounted = input_records - (documents + rejected + duplicates)
     if unaccounted:
-        problems.append(f"input_records {input_records} != documents {documents} + rejected {rejected} + "
-                        f"duplicates_removed {duplicates} ({unaccounted:+d} records unaccounted for)")
-    for name, rows in rows_written.items():
-        if rows != rows_encoded.get(name, 0):
-            problems.append(f"split {name}: {rows} rows in the Parquet files, {rows_encoded.get(name, 0)} encoded")
-    if problems:
         raise AccountingError(
-            "the dataset's counts do not add up, so it was not published: " + "; ".join(problems)
-            + f". This is a bug in the job; the unpublished output is in {dataset_dir} for the report."
+            f"the dataset's counts do not add up, so it was not published: input_records {input_records} != "
+            f"documents {documents} + rejected {rejected} + duplicates_removed {duplicates} ({unaccounted:+d} "
+            f"records unaccounted for). This is a bug in the job; the unpublished output is in {dataset_dir} "
+            "for the report."
         )
 
 

@@ -1,27 +1,29 @@
-"""Shard layout: equal-sized row groups per split, their number a multiple of shard.divisible_by.
+"""Shard layout: each tokenizing task encodes its partition and writes its own files.
 
-Petastorm gives rank r of W the row groups r, r+W, r+2W, ... of a split; with a multiple of W row
-groups whose sizes differ by at most one row, every rank gets the same amount of data (to a row).
+The de-duplicated documents are hashed into partitions by content and sorted by (split, id) within
+them (preprocess.documents_by_content). Each task of that stage runs the encoder on its batches and
+writes what comes out straight into Parquet (`write_partitions`): per split, row groups of
+`shard.row_group_rows` rows (a task's last one holds the rest), and a new file once the one being
+written reaches `shard.target_mb` compressed. So token arrays never leave the task that made them:
+no token rows cross into the JVM, are persisted, counted or shuffled again, and every core that
+tokenizes also writes.
 
-How rows get there, without a global sort or collecting ids on the driver:
-1. `with_local_index`: on rows already sorted by (split, id) within their partitions, tag each row
-   with its partition and its index inside the partition (JVM only, no shuffle).
-2. `count_positions` (one small aggregation, collected): rows per (partition, split), giving each
-   (partition, split) run its first position in the split, and, in the same pass, the duplicates
-   de-duplication removed before them (clean.COPIES); `plan_split` fixes each split's number of
-   row groups and files from its row count.
-3. `with_layout`: position -> row group (position * groups // rows: sizes differ by <= 1) -> file.
-4. `write_shards`: one shuffle by (split, file); each task writes its files with pyarrow through
-   the storage layer, one Parquet row group per planned group (empty groups included, so the count
-   stays a multiple), under a name unique to the task attempt, and reports each file (path, bytes,
-   row groups, sha256): the manifest lists exactly those, so a failed or speculative attempt's
-   files are never part of the dataset.
+Files are named `<split>/part-<partition>-<sequence>-<build>-<attempt>.parquet`: unique to the task
+attempt (a retried or speculative attempt never overwrites another's file; object stores cannot
+rename one into place), and each task reports what it wrote (path, bytes, row groups, sha256, the
+rows' token accounting) plus one summary (duplicates removed before its documents, blocks dropped by
+drop_remainder). The manifest is built from those reports alone, in (split, partition, sequence)
+order, so a failed or speculative attempt's files are never part of the dataset. Which partition a
+document lands in depends on its text and the input's size alone, so the same input gives the same
+files on local[1], local[2] or a cluster.
+
+Every rank still gets the same data: the reader deals each global batch out at row granularity
+from the manifest's row counts (training/data.py), so files and row groups need not be equal.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,108 +33,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pipeline import contract, storage
 from pipeline.config import ShardConfig
 from spark_jobs.clean import COPIES
-from spark_jobs.encode import SPLIT
+from spark_jobs.encode import DOC_LENGTHS, DOCUMENTS, DROPPED, SPLIT, TRUNCATED, BatchFunction
 from spark_jobs.read import REJECT_REASON
 
-PARTITION = "_partition"
-LOCAL_INDEX = "_local_index"
-POSITION = "_position"  # 0-based row position within its split, in (partition, split, id) order
-GROUP = "_group"  # row group number within the split
-FILE = "_file"  # file number within the split
-_LOCAL_BITS = (1 << 33) - 1  # monotonically_increasing_id keeps the in-partition index in 33 bits
+FILE = "_file"  # a file's number within its split: partition << SEQUENCE_BITS | its sequence in the task
+SEQUENCE_BITS = 20
 
-
-@dataclass(frozen=True)
-class SplitPlan:
-    split: str
-    rows: int
-    num_row_groups: int
-    num_files: int
-
-    @property
-    def groups_per_file(self) -> int:
-        return self.num_row_groups // self.num_files if self.num_files else 0
-
-    def file_name(self, file_number: int) -> str:
-        return f"{self.split}/part-{file_number:05d}.parquet"
-
-
-def plan_split(split: str, rows: int, bytes_per_row: int, cfg: ShardConfig) -> SplitPlan:
-    """Row groups: the smallest multiple of divisible_by that keeps groups <= row_group_rows.
-    Files: as close to target_mb each as a divisor of the row-group count allows."""
-    if rows == 0:
-        return SplitPlan(split, 0, 0, 0)
-    step = cfg.divisible_by
-    groups = math.ceil(math.ceil(rows / cfg.row_group_rows) / step) * step
-    wanted_files = max(1, round(rows * bytes_per_row / (cfg.target_mb * 2**20)))
-    files = max(d for d in range(1, groups + 1) if groups % d == 0 and d <= wanted_files)
-    return SplitPlan(split, rows, groups, files)
-
-
-def row_bytes(max_length: int, task: str) -> int:
-    """Uncompressed bytes of one row: what target_mb is measured against (files compress smaller)."""
-    token_columns = 4 + 1 + (8 if task == "causal_lm" else 0)  # int32 ids, int8 mask, int32 pos + seg
-    return max_length * token_columns + 48
-
-
-def with_local_index(df: DataFrame) -> DataFrame:
-    return df.withColumn(PARTITION, F.spark_partition_id()).withColumn(
-        LOCAL_INDEX, F.monotonically_increasing_id().bitwiseAND(F.lit(_LOCAL_BITS))
-    )
-
-
-@dataclass(frozen=True)
-class RowCounts:
-    per_split: dict[str, int]  # rows per split
-    bases: dict[tuple[int, str], int]  # position of local index 0 for each (partition, split) run
-    duplicates: int  # rows de-duplication removed before these (0 when the rows carry no clean.COPIES)
-
-
-def count_positions(indexed: DataFrame) -> RowCounts:
-    """One aggregation over the rows to be written: their per-split counts and run bases, and the
-    duplicates behind them, so de-duplication needs no counting job of its own."""
-    removed = F.sum(F.col(COPIES) - 1) if COPIES in indexed.columns else F.lit(0)
-    runs = sorted(
-        (r[0], r[1], r[2], r[3], r[4])
-        for r in indexed.groupBy(PARTITION, SPLIT).agg(F.count(F.lit(1)), F.min(LOCAL_INDEX), removed).collect()
-    )
-    totals: dict[str, int] = {}
-    bases: dict[tuple[int, str], int] = {}
-    for partition, split_name, count, first_local, _ in runs:
-        start = totals.get(split_name, 0)
-        bases[(partition, split_name)] = start - first_local
-        totals[split_name] = start + count
-    return RowCounts(totals, bases, sum(int(run[4] or 0) for run in runs))
-
-
-def with_layout(indexed: DataFrame, bases: dict[tuple[int, str], int], plans: dict[str, SplitPlan]) -> DataFrame:
-    """Add position, row group and file columns from the collected run bases and split plans."""
-    entries = [x for (p, s), b in sorted(bases.items()) for x in (F.lit(f"{p}/{s}"), F.lit(b))]
-    # No rows at all (every record rejected): an empty map has no key type Spark can look up.
-    run = F.concat_ws("/", F.col(PARTITION).cast("string"), F.col(SPLIT))
-    base = F.create_map(*entries)[run] if entries else F.lit(None).cast("long")
-    position = base + F.col(LOCAL_INDEX)
-    df = indexed.withColumn(POSITION, position)
-    group = F.lit(None).cast("long")
-    file = F.lit(None).cast("long")
-    for name, plan in plans.items():
-        if plan.rows:
-            in_split = F.col(SPLIT) == name
-            split_group = F.floor(F.col(POSITION) * plan.num_row_groups / plan.rows).cast("long")
-            group = F.when(in_split, split_group).otherwise(group)
-            file = F.when(in_split, F.floor(split_group / plan.groups_per_file).cast("long")).otherwise(file)
-    return df.withColumn(GROUP, group).withColumn(FILE, file)
-
-
-# What a writer task reports per file: the manifest is built from these rows alone (winning attempts
-# only: Spark returns the results of the attempt that succeeded), never from listing the store.
-# `stats` (JSON, null for rejects): the file's token accounting, from the rows it wrote.
+# What a writer task reports, a row per file: the manifest is built from these rows alone (winning
+# attempts only: Spark returns the results of the attempt that succeeded), never from listing the
+# store. `stats` (JSON): the file's token accounting, from the rows it wrote (rejects: by reason).
+# Plus one row per task with no path: its summary (TaskSummary).
 WRITTEN_SCHEMA = T.StructType([
     T.StructField(SPLIT, T.StringType()), T.StructField(FILE, T.LongType()), T.StructField("path", T.StringType()),
     T.StructField("bytes", T.LongType()), T.StructField("sha256", T.StringType()),
@@ -166,16 +81,6 @@ def attempt_name(stem: str, build_id: str) -> str:
     return f"{stem}-{build_id}-{attempt}.parquet"
 
 
-def write_parquet(uri: str, schema: pa.Schema, groups: list[pa.Table], compression: str) -> tuple[int, str]:
-    """Write one Parquet file, one row group per table (empty ones included), in a single write;
-    returns (bytes, sha256)."""
-    sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, schema, compression=compression) as writer:
-        for group in groups:
-            writer.write_table(group, row_group_size=max(group.num_rows, 1))
-    return store(uri, sink)
-
-
 def store(uri: str, sink: pa.BufferOutputStream) -> tuple[int, str]:
     """Store a finished in-memory file in one write (the commit protocol's unit: one PUT on object
     stores, no multipart upload left behind); returns (bytes, sha256)."""
@@ -185,170 +90,198 @@ def store(uri: str, sink: pa.BufferOutputStream) -> tuple[int, str]:
 
 
 class FileStats:
-    """Token accounting of the rows one file holds (from the encoder's stat columns)."""
+    """Token accounting of encoded rows (from the encoder's stat columns): those a file holds, or
+    the blocks a task dropped (`dropped`: their tokens count as dropped_tokens, not tokens)."""
 
     def __init__(self):
-        self.tokens = self.documents = self.truncated = 0
+        self.tokens = self.documents = self.truncated = self.dropped_tokens = 0
         self.histogram: dict[int, int] = {}
 
-    def add(self, table: pa.Table) -> None:
-        from spark_jobs.encode import DOC_LENGTHS, DOCUMENTS, TRUNCATED
-
-        self.tokens += int(pc.sum(table.column(contract.NUM_TOKENS)).as_py() or 0)
+    def add(self, table: pa.Table, dropped: bool = False) -> None:
+        tokens = int(pc.sum(table.column(contract.NUM_TOKENS)).as_py() or 0)
+        if dropped:
+            self.dropped_tokens += tokens
+        else:
+            self.tokens += tokens
         self.documents += int(pc.sum(table.column(DOCUMENTS)).as_py() or 0)
         self.truncated += int(pc.sum(table.column(TRUNCATED)).as_py() or 0)
         lengths = pc.list_flatten(table.column(DOC_LENGTHS)).to_numpy()
         if len(lengths):
-            # Bins as token_stats': powers of two, at least 8.
+            # Bins: powers of two, at least 8.
             bins = np.maximum(8, 2 ** np.ceil(np.log2(np.maximum(lengths, 1)))).astype(np.int64)
             for value, count in zip(*np.unique(bins, return_counts=True)):
                 self.histogram[int(value)] = self.histogram.get(int(value), 0) + int(count)
 
-    def to_json(self) -> str:
-        return json.dumps({"tokens": self.tokens, "documents": self.documents, "truncated_documents": self.truncated,
-                           "length_histogram": {f"<={k}": v for k, v in sorted(self.histogram.items())}})
+    def to_dict(self) -> dict:
+        return {"tokens": self.tokens, "documents": self.documents, "truncated_documents": self.truncated,
+                "dropped_tokens": self.dropped_tokens,
+                "length_histogram": {f"<={k}": v for k, v in sorted(self.histogram.items())}}
 
 
-def totals_from_files(written: list[WrittenFile]) -> dict[str, dict]:
-    """Per split, the manifest's token totals summed over the writer tasks' reports."""
-    totals: dict[str, dict] = {}
-    for w in written:
-        if w.stats is None:
-            continue
-        stats, split_totals = json.loads(w.stats), totals.setdefault(w.split, {"length_histogram": {}})
-        for key in ("tokens", "documents", "truncated_documents"):
-            split_totals[key] = split_totals.get(key, 0) + stats[key]
-        for key, count in stats["length_histogram"].items():
-            split_totals["length_histogram"][key] = split_totals["length_histogram"].get(key, 0) + count
-    return totals
+def add_totals(totals: dict[str, dict], split_name: str, stats: dict) -> None:
+    """Add one report's stats (FileStats.to_dict) into totals[split_name]."""
+    split_totals = totals.setdefault(split_name, {"length_histogram": {}})
+    for key in ("tokens", "documents", "truncated_documents", "dropped_tokens"):
+        split_totals[key] = split_totals.get(key, 0) + stats.get(key, 0)
+    for key, count in stats["length_histogram"].items():
+        split_totals["length_histogram"][key] = split_totals["length_histogram"].get(key, 0) + count
 
 
-class _ShardFile:
-    """One planned file being written: row groups encoded and compressed in order, empty ones
-    included; the task holds one row group, one input batch and the compressed file, never its
-    partition."""
+@dataclass(frozen=True)
+class WrittenDataset:
+    """What the writer tasks reported: their files, per split token totals, and duplicates removed."""
+    files: list[WrittenFile]
+    totals: dict[str, dict]
+    duplicates: int
 
-    def __init__(self, root: str, split_name: str, file_number: int, groups_per_file: int, schema: pa.Schema,
-                 compression: str, build_id: str):
-        self.split, self.file, self.schema = split_name, file_number, schema
-        self.next_group, self.end_group = file_number * groups_per_file, (file_number + 1) * groups_per_file
-        self.name = attempt_name(f"{split_name}/part-{file_number:05d}", build_id)
-        self.uri = f"{root}/{self.name}"
-        # The file is assembled in memory (compressed: about target_mb), then `store`d in one write.
-        self.sink = pa.BufferOutputStream()
-        self.writer = pq.ParquetWriter(self.sink, schema, compression=compression)
+
+class _SplitFiles:
+    """One split's files in one task: row groups of row_group_rows rows, cut by row count (not by
+    where batches end), and a new file once the one being written reaches target_mb compressed.
+    The task holds one batch, one pending row group and the compressed file it is writing."""
+
+    def __init__(self, root: str, split_name: str, partition: int, cfg: ShardConfig, schema: pa.Schema,
+                 build_id: str):
+        self.root, self.split, self.partition, self.cfg = root, split_name, partition, cfg
+        self.schema, self.build_id = schema, build_id
+        self.target_bytes = int(cfg.target_mb * 2**20)
+        self.sequence = 0
         self.pending: list[pa.Table] = []
-        self.pending_group: int | None = None
-        self.counts: list[int] = []
-        self.stats = FileStats()
-
-    def add(self, group: int, rows: pa.Table) -> None:
-        if group != self.pending_group:
-            self._flush()
-            self._write_empty_until(group)
-            self.pending_group = group
-        self.stats.add(rows)
-        self.pending.append(rows.select(self.schema.names).cast(self.schema))
-
-    def _flush(self) -> None:
-        if self.pending_group is None:
-            return
-        table = pa.concat_tables(self.pending)
-        self.writer.write_table(table, row_group_size=max(table.num_rows, 1))
-        self.counts.append(table.num_rows)
-        self.pending, self.pending_group = [], None
-        self.next_group += 1
-
-    def _write_empty_until(self, group: int) -> None:
-        while self.next_group < group:
-            self.writer.write_table(self.schema.empty_table(), row_group_size=1)
-            self.counts.append(0)
-            self.next_group += 1
-
-    def close(self) -> tuple:
-        self._flush()
-        self._write_empty_until(self.end_group)
-        self.writer.close()
-        size, digest = store(self.uri, self.sink)
-        return (self.split, self.file, self.name, size, digest, self.counts, self.stats.to_json())
-
-
-class SelectColumns:
-    """The row encoder for rows already encoded (in the JVM): the file's columns and stat columns."""
-
-    def __call__(self, batch: pa.RecordBatch) -> pa.Table:
-        return pa.Table.from_batches([batch])
-
-
-def write_shards(laid_out: DataFrame, plans: dict[str, SplitPlan], schema: pa.Schema, root: str,
-                 compression: str, build_id: str, encode_rows=None) -> list[WrittenFile]:
-    """Write every planned file under root/<split>/ through the storage layer; one report per file.
-
-    `encode_rows(batch) -> pa.Table` turns an incoming Arrow batch into the file's columns (`schema`)
-    plus encode.STAT_COLUMNS: with an encoder that tokenizes, token arrays are built in the task
-    that writes them and never cross into the JVM. Rows arrive sorted by (split, file, position)."""
-    num_files = sum(p.num_files for p in plans.values())
-    if not num_files:
-        return []
-    groups_per_file = {name: plan.groups_per_file for name, plan in plans.items()}
-    options = storage.current_options()
-    encode_rows = encode_rows or SelectColumns()
-
-    def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        storage.configure(options)
-        files = _PartitionFiles(root, groups_per_file, schema, compression, build_id, encode_rows)
-        for batch in batches:
-            files.add(batch)
-        written = files.close()
-        if written:  # hash partitioning can leave a partition without a file
-            yield _report_batch(written)
-
-    partitioned = laid_out.repartition(num_files, SPLIT, FILE).sortWithinPartitions(SPLIT, FILE, POSITION)
-    return sorted(_written(r) for r in partitioned.mapInArrow(write_partition, WRITTEN_SCHEMA).collect())
-
-
-class _PartitionFiles:
-    """One writer task's files, one open at a time, fed batch by batch: each batch is encoded in
-    `add`'s own frame, so no batch's encoded rows outlive the row group that holds them."""
-
-    def __init__(self, root: str, groups_per_file: dict[str, int], schema: pa.Schema, compression: str,
-                 build_id: str, encode_rows):
-        self.root, self.groups_per_file, self.schema = root, groups_per_file, schema
-        self.compression, self.build_id, self.encode_rows = compression, build_id, encode_rows
-        self.current: _ShardFile | None = None
+        self.pending_rows = 0
+        self.writer = None
         self.written: list[tuple] = []
+
+    def add(self, rows: pa.Table) -> None:
+        self.pending.append(rows)
+        self.pending_rows += rows.num_rows
+        while self.pending_rows >= self.cfg.row_group_rows:
+            table = pa.concat_tables(self.pending)
+            self._write_group(table.slice(0, self.cfg.row_group_rows))
+            rest = table.slice(self.cfg.row_group_rows)
+            self.pending, self.pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+
+    def close(self) -> list[tuple]:
+        if self.pending_rows:
+            self._write_group(pa.concat_tables(self.pending))
+            self.pending, self.pending_rows = [], 0
+        self._close_file()
+        return self.written
+
+    def _write_group(self, table: pa.Table) -> None:
+        if self.writer is None:
+            self.number = (self.partition << SEQUENCE_BITS) | self.sequence
+            self.name = attempt_name(f"{self.split}/part-{self.partition:05d}-{self.sequence:03d}", self.build_id)
+            self.sink = pa.BufferOutputStream()
+            self.writer = pq.ParquetWriter(self.sink, self.schema, compression=self.cfg.compression)
+            self.counts: list[int] = []
+            self.stats = FileStats()
+            self.sequence += 1
+        self.stats.add(table)
+        self.writer.write_table(table.select(self.schema.names).cast(self.schema), row_group_size=table.num_rows)
+        self.counts.append(table.num_rows)
+        if self.sink.tell() >= self.target_bytes:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        if self.writer is None:
+            return
+        self.writer.close()
+        size, digest = store(f"{self.root}/{self.name}", self.sink)
+        self.written.append((self.split, self.number, self.name, size, digest, self.counts,
+                             json.dumps(self.stats.to_dict())))
+        self.writer = self.sink = None  # the compressed file is released before the next one is started
+
+
+class PartitionWriter:
+    """One tokenizing task's output: encoded batches (split, the file's columns and the encoder's
+    stat columns), in split order, into each split's files; blocks marked DROPPED are counted, not
+    written."""
+
+    def __init__(self, root: str, partition: int, cfg: ShardConfig, schema: pa.Schema, build_id: str):
+        self.root, self.partition, self.cfg, self.schema, self.build_id = root, partition, cfg, schema, build_id
+        self.current: _SplitFiles | None = None
+        self.written: list[tuple] = []
+        self.dropped: dict[str, FileStats] = {}
 
     def add(self, batch: pa.RecordBatch) -> None:
         if not batch.num_rows:
             return
-        splits = batch.column(SPLIT).to_pylist()
-        files = batch.column(FILE).to_numpy()
-        groups = batch.column(GROUP).to_numpy()
-        rows = self.encode_rows(batch)
+        rows = pa.Table.from_batches([batch])
+        if DROPPED in rows.column_names:
+            dropped = rows.column(DROPPED)
+            if pc.any(dropped).as_py():
+                for name in set(rows.filter(dropped).column(SPLIT).to_pylist()):
+                    self.dropped.setdefault(name, FileStats()).add(
+                        rows.filter(pc.and_(dropped, pc.equal(rows.column(SPLIT), name))), dropped=True)
+                rows = rows.filter(pc.invert(dropped))
+        splits = rows.column(SPLIT).to_pylist()
         start = 0
-        for stop in _run_ends(splits, groups):
-            key = (splits[start], int(files[start]))
-            if self.current is None or (self.current.split, self.current.file) != key:
+        for stop in _run_ends(splits):
+            if self.current is None or self.current.split != splits[start]:
                 self._close_current()
-                self.current = _ShardFile(self.root, key[0], key[1], self.groups_per_file[key[0]], self.schema,
-                                          self.compression, self.build_id)
-            self.current.add(int(groups[start]), rows.slice(start, stop - start))
+                self.current = _SplitFiles(self.root, splits[start], self.partition, self.cfg, self.schema,
+                                           self.build_id)
+            self.current.add(rows.slice(start, stop - start))
             start = stop
 
     def _close_current(self) -> None:
         if self.current is not None:
-            self.written.append(self.current.close())
-            self.current = None  # its compressed file is released before the next one is started
+            self.written += self.current.close()
+            self.current = None
 
     def close(self) -> list[tuple]:
         self._close_current()
         return self.written
 
 
-def _run_ends(splits: list[str], groups: np.ndarray) -> list[int]:
-    """End index of each run of rows with the same (split, row group)."""
-    change = np.flatnonzero((groups[1:] != groups[:-1]) | (np.array(splits[1:]) != np.array(splits[:-1]))) + 1
-    return [*change.tolist(), len(splits)]
+def _run_ends(splits: list[str]) -> list[int]:
+    """End index of each run of rows with the same split."""
+    if not splits:
+        return []
+    values = np.array(splits)
+    return [*(np.flatnonzero(values[1:] != values[:-1]) + 1).tolist(), len(splits)]
+
+
+def write_partitions(documents: DataFrame, encode_batches: BatchFunction, schema: pa.Schema, root: str,
+                     cfg: ShardConfig, build_id: str) -> WrittenDataset:
+    """Encode every partition of `documents` and write it under root/<split>/ through the storage
+    layer, in the task that encodes it (see the module's docstring).
+
+    `encode_batches` turns a task's document batches into rows of the file's columns (`schema`)
+    plus SPLIT and encode.STAT_COLUMNS, in split order. The duplicates behind the documents
+    (clean.COPIES) are summed as they stream past, before encoding."""
+    options = storage.current_options()
+
+    def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        storage.configure(options)
+        writer = PartitionWriter(root, TaskContext.get().partitionId(), cfg, schema, build_id)
+        removed = [0]
+
+        def counting_copies(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                if COPIES in batch.schema.names:
+                    removed[0] += int(pc.sum(batch.column(COPIES)).as_py() or 0) - batch.num_rows
+                yield batch
+
+        for encoded in encode_batches(counting_copies(batches)):
+            writer.add(encoded)
+        written = writer.close()
+        summary = {"duplicates": removed[0], "dropped": {name: s.to_dict() for name, s in writer.dropped.items()}}
+        yield _report_batch(written + [(None, None, None, None, None, None, json.dumps(summary))])
+
+    files, totals, duplicates = [], {}, 0
+    for row in documents.mapInArrow(write_partition, WRITTEN_SCHEMA).collect():
+        if row["path"] is None:
+            summary = json.loads(row["stats"])
+            duplicates += summary["duplicates"]
+            for name, stats in summary["dropped"].items():
+                add_totals(totals, name, stats)
+        else:
+            files.append(_written(row))
+            add_totals(totals, row[SPLIT], json.loads(row["stats"]))
+    return WrittenDataset(sorted(files), totals, duplicates)
 
 
 def _written(row) -> WrittenFile:
@@ -361,23 +294,6 @@ def _report_batch(written: list[tuple]) -> pa.RecordBatch:
         [pa.array([w[i] if i < len(w) else None for w in written], type=t) for i, t in enumerate(types)],
         names=WRITTEN_SCHEMA.fieldNames(),
     )
-
-
-def write_missing_files(plans: dict[str, SplitPlan], written: list[WrittenFile], schema: pa.Schema,
-                        root: str, compression: str, build_id: str) -> list[WrittenFile]:
-    """Files of a tiny split whose row groups all came out empty: write them with empty row groups,
-    so every split still has its planned (multiple-of-divisible_by) number of row groups."""
-    done = {(w.split, w.file) for w in written}
-    added = []
-    for name, plan in plans.items():
-        for file_number in range(plan.num_files):
-            if (name, file_number) in done:
-                continue
-            path = attempt_name(f"{name}/part-{file_number:05d}", build_id)
-            size, digest = write_parquet(f"{root}/{path}", schema, [schema.empty_table()] * plan.groups_per_file,
-                                         compression)
-            added.append(WrittenFile(name, file_number, path, size, digest, (0,) * plan.groups_per_file))
-    return added
 
 
 REJECT_GROUP_ROWS = 8192  # rows per row group of a rejects file (the last one holds the rest)

@@ -79,7 +79,7 @@ def _config(corpus: Corpus, corpus_dir, run_dir):
         "data": data,
         "tokenizer": {"train": {**tokenizer, "sample_size": 40}},  # smaller than most corpora: a real sample
         "preprocess": {"task": corpus.task, "max_length": 16, "seed": 11, "num_partitions": 2, "max_chars": 200_000,
-                       "shard": {"row_group_rows": 16, "divisible_by": 2}},
+                       "shard": {"row_group_rows": 16}},
     })
 
 

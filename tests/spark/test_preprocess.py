@@ -164,7 +164,7 @@ def messy(spark, tmp_path_factory, docstring_records):
                  "labels": ["asyncio", "email", "logging", "tkinter"]},
         "tokenizer": {"train": {"vocab_size": 600}},
         "preprocess": {"max_length": 32, "seed": 3, "num_partitions": 2, "min_chars": 3, "max_chars": 2000,
-                       "shard": {"row_group_rows": 16, "divisible_by": 8}},
+                       "shard": {"row_group_rows": 16}},
     })
     return config, build_dataset(spark, config), num_documents, num_inputs, rejects, duplicates
 
@@ -185,17 +185,18 @@ def test_every_bad_record_class_is_counted_and_the_identity_holds(messy):
     assert corrupt[0]["source"].endswith("b.jsonl.gz") and "decompress" in corrupt[0]["record"]
 
 
-def test_row_groups_are_a_multiple_of_divisible_by_and_equal_sized(messy):
+def test_row_groups_hold_row_group_rows_but_each_tasks_last_and_the_manifest_says_what_the_footers_do(messy):
     config, manifest, *_ = messy
     for name, stats in manifest.splits.items():
         footers = []
         for path in manifest.split_files(config.dataset_dir, name):
             meta = pq.ParquetFile(path).metadata
-            footers += [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+            groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+            assert groups[:-1] == [16] * (len(groups) - 1) and 0 < groups[-1] <= 16, (path, groups)
+            footers += groups
         assert footers == stats.row_group_rows and len(footers) == stats.num_row_groups
-        assert stats.num_row_groups % 8 == 0 and stats.num_row_groups >= 8
-        assert max(footers) - min(footers) <= 1 and max(footers) <= 16
         assert sum(footers) == stats.rows
+        assert stats.num_files == len(stats.files) <= config.preprocess.num_partitions  # at most one per task here
         masks = pa.concat_tables([pq.read_table(p, columns=[contract.ATTENTION_MASK])
                                   for p in split_files(config.dataset_dir, name)])
         assert stats.padding_tokens == int(np.sum(masks.column(0).combine_chunks().flatten().to_numpy() == 0))
@@ -203,25 +204,19 @@ def test_row_groups_are_a_multiple_of_divisible_by_and_equal_sized(messy):
 
 
 def test_petastorm_ranks_get_the_same_number_of_rows(messy):
-    # The writer's layout: row groups i mod W hold the same rows to within one per row group, read
-    # through the Petastorm backend from the manifest's file list (never the directory). The reader
-    # no longer needs it (ranks share every global batch at row granularity), but the layout stays even.
-    from training.data import RowGroupReads, split_spec
+    # The files' row groups differ in size, and the reader still gives each rank the same number of
+    # full batches, no row twice, through the Petastorm backend and the manifest's file list.
+    from training.data import iter_batches, split_spec
 
     config, manifest, *_ = messy
     per_rank = []
     for rank in range(2):
-        spec = split_spec(config.dataset_dir, manifest, "train", batch_size=1, columns=(contract.LABEL,),
-                          shuffle=False, backend="petastorm")
-        sizes = spec.row_group_rows
-        indexes = [i for i in range(rank, len(sizes), 2) if sizes[i]]  # a tiny split has empty ones
-        reads = RowGroupReads(spec, indexes)
-        try:
-            per_rank.append(sum(len(reads.next()[contract.LABEL]) for _ in indexes))
-        finally:
-            reads.close()
-    assert sum(per_rank) == manifest.splits["train"].rows
-    assert abs(per_rank[0] - per_rank[1]) <= manifest.splits["train"].num_row_groups // 2
+        spec = split_spec(config.dataset_dir, manifest, "train", batch_size=4, columns=(contract.ID_COLUMN,),
+                          shuffle=True, rank=rank, world_size=2, drop_last=True, backend="petastorm")
+        per_rank.append([i for batch in iter_batches(spec) for i in batch[contract.ID_COLUMN]])
+    assert len(per_rank[0]) == len(per_rank[1]) > 0
+    assert not set(per_rank[0]) & set(per_rank[1])
+    assert manifest.splits["train"].rows - 2 * len(per_rank[0]) < 2 * 4  # fewer than a global batch left out
 
 
 def test_a_forced_rebuild_into_the_same_run_dir_writes_the_same_shards_and_fingerprint(spark, built):
@@ -299,7 +294,7 @@ def test_a_row_lost_after_dedup_fails_the_job_and_publishes_nothing(spark, tmp_p
         "run_dir": str(tmp_path / "run"),
         "data": {"input": str(corpus), "label_column": "label"},
         "tokenizer": {"train": {"vocab_size": 100}},
-        "preprocess": {"max_length": 8, "num_partitions": 2, "shard": {"row_group_rows": 8, "divisible_by": 2}},
+        "preprocess": {"max_length": 8, "num_partitions": 2, "shard": {"row_group_rows": 8}},
     })
     with pytest.raises(AccountingError, match=r"input_records 31 != documents 29 \+ rejected 0 \+ "
                                               r"duplicates_removed 1 \(\+1 records unaccounted for\)"):

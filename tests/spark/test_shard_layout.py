@@ -1,84 +1,94 @@
-"""shard.with_layout on a real DataFrame: positions, row groups and files as the README promises."""
-from collections import Counter
+"""shard.write_partitions on real DataFrames: each tokenizing task writes its own split files, and
+reports them, their token accounting and the duplicates behind its documents."""
+import json
 
-from spark_jobs import shard
-from spark_jobs.shard import SplitPlan
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from pipeline import contract
+from pipeline.config import ShardConfig
+from spark_jobs import clean, encode, shard
+
+SCHEMA = pa.schema([("id", pa.string()), (contract.NUM_TOKENS, pa.int32())])
 
 
-def test_rows_get_consecutive_positions_and_row_groups_within_one_row_of_each_other(spark):
-    rows = ([(f"t{i:02d}", "train") for i in range(17)] + [(f"v{i}", "val") for i in range(5)]
-            + [(f"x{i}", "test") for i in range(3)])
+def token_counter():
+    """A stand-in encoder for the layout alone: num_tokens = the text's length, one document a row.
+    (Made inside a function so that Spark's workers get it by value: they cannot import a test module.)"""
+    def count_tokens(batches):
+        for batch in batches:
+            lengths = pa.array([len(t) for t in batch.column("text").to_pylist()], pa.int32())
+            n = batch.num_rows
+            yield pa.RecordBatch.from_arrays(
+                [batch.column("id"), batch.column("split"), lengths, pa.array([1] * n, pa.int32()),
+                 pa.array([0] * n, pa.int8()), pa.array([[x] for x in lengths.to_pylist()], pa.list_(pa.int32())),
+                 pa.array([False] * n)],
+                names=["id", "split", contract.NUM_TOKENS, encode.DOCUMENTS, encode.TRUNCATED, encode.DOC_LENGTHS,
+                       encode.DROPPED])
+    return count_tokens
+
+
+def test_each_partition_writes_its_own_files_with_every_row_once_in_split_and_id_order(spark, tmp_path):
+    rows = ([(f"t{i:02d}", "train", "x" * i) for i in range(17)] + [(f"v{i}", "val", "yy") for i in range(5)]
+            + [(f"x{i}", "test", "z") for i in range(3)])
     # As the job hands them over: spread over partitions, sorted by (split, id) within each.
-    df = spark.createDataFrame(rows, "id string, split string").repartition(3, "id").sortWithinPartitions("split", "id")
-    indexed = shard.with_local_index(df)
-    counts = shard.count_positions(indexed)
-    assert (counts.per_split, counts.duplicates) == ({"train": 17, "val": 5, "test": 3}, 0)
-    bases = counts.bases
-    plans = {"train": SplitPlan("train", 17, 8, 2), "val": SplitPlan("val", 5, 4, 1), "test": SplitPlan("test", 3, 8, 4)}
-    laid_out = shard.with_layout(indexed, bases, plans).collect()
-    for name, plan in plans.items():
-        mine = sorted((r[shard.PARTITION], r[shard.LOCAL_INDEX], r[shard.POSITION], r[shard.GROUP], r[shard.FILE])
-                      for r in laid_out if r["split"] == name)
-        # Positions 0..n-1, in (partition, order within the partition) order.
-        assert [m[2] for m in mine] == list(range(plan.rows)), name
-        groups, files = [m[3] for m in mine], [m[4] for m in mine]
-        # Row groups are runs of consecutive positions, never more than the plan's, sized
-        # floor(n / G) or ceil(n / G): even when there are more groups than rows (test: 3 rows, 8 groups).
-        assert groups == sorted(groups) and 0 <= groups[0] and groups[-1] < plan.num_row_groups
-        sizes = Counter(groups)
-        sizes = [sizes.get(g, 0) for g in range(plan.num_row_groups)]
-        assert sum(sizes) == plan.rows
-        assert set(sizes) <= {plan.rows // plan.num_row_groups, -(-plan.rows // plan.num_row_groups)}, (name, sizes)
-        # Each file holds the same number of whole, consecutive row groups.
-        assert files == sorted(files) and files[-1] < plan.num_files
-        for file_number in set(files):
-            held = {g for g, f in zip(groups, files) if f == file_number}
-            first = file_number * (plan.num_row_groups // plan.num_files)
-            assert held <= set(range(first, first + plan.num_row_groups // plan.num_files)), (name, file_number)
+    df = spark.createDataFrame(rows, "id string, split string, text string").repartition(3, "id") \
+        .sortWithinPartitions("split", "id")
+    written = shard.write_partitions(df, token_counter(), SCHEMA, str(tmp_path), ShardConfig(row_group_rows=4), "b1")
+    by_partition = {}
+    for row in df.select(F.spark_partition_id().alias("p"), "id", "split").collect():
+        by_partition.setdefault((row["split"], row["p"]), []).append(row["id"])
+    files = {(w.split, w.file >> shard.SEQUENCE_BITS): w for w in written.files}
+    assert set(files) == set(by_partition)  # one file per (split, partition) that has rows
+    for (name, partition), ids in by_partition.items():
+        w = files[(name, partition)]
+        assert w.path.startswith(f"{name}/part-{partition:05d}-000-b1-")
+        table = pq.read_table(tmp_path / w.path)
+        assert table.column("id").to_pylist() == ids
+        assert list(w.row_group_rows) == [4] * (len(ids) // 4) + ([len(ids) % 4] if len(ids) % 4 else [])
+    assert written.files == sorted(written.files)  # the manifest's read order: split, partition, sequence
+    assert {name: t["documents"] for name, t in written.totals.items()} == {"train": 17, "val": 5, "test": 3}
+    assert written.totals["train"]["tokens"] == sum(range(17)) and written.duplicates == 0
 
 
-def test_a_corpus_with_no_rows_left_lays_out_nothing(spark):
-    # Every record rejected: no (partition, split) run at all (this once failed to analyse).
-    empty = shard.with_local_index(spark.createDataFrame([], "id string, split string"))
-    counts = shard.count_positions(empty)
-    assert (counts.per_split, counts.bases, counts.duplicates) == ({}, {}, 0)
-    bases = counts.bases
-    plans = {name: SplitPlan(name, 0, 0, 0) for name in ("train", "val", "test")}
-    assert shard.with_layout(empty, bases, plans).collect() == []
+def test_a_partition_without_rows_writes_nothing_and_no_rows_at_all_gives_no_files(spark, tmp_path):
+    df = spark.createDataFrame([("a", "train", "text")], "id string, split string, text string").repartition(4)
+    written = shard.write_partitions(df, token_counter(), SCHEMA, str(tmp_path / "one"), ShardConfig(), "b")
+    assert [(w.split, w.row_group_rows) for w in written.files] == [("train", (1,))]
+    empty = spark.createDataFrame([], "id string, split string, text string").repartition(2)
+    nothing = shard.write_partitions(empty, token_counter(), SCHEMA, str(tmp_path / "none"), ShardConfig(), "b")
+    assert (nothing.files, nothing.totals, nothing.duplicates) == ([], {}, 0)
 
 
-def test_write_shards_copes_with_a_partition_that_gets_no_file(spark, tmp_path):
-    # Two files, (train, 0) and (val, 0), hash to the same one of the two partitions write_shards
-    # repartitions into, so the other task gets no rows at all (this once failed in pyarrow).
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    # The contract's num_tokens and the encoder's accounting columns, which the writers sum.
-    rows = [("t0", "train", 3, 1, 0, [3]), ("t1", "train", 4, 1, 0, [4]), ("v0", "val", 5, 1, 1, [9])]
-    df = spark.createDataFrame(rows, "id string, split string, num_tokens int, _documents int, _truncated byte, "
-                                     "_doc_lengths array<int>").repartition(1).sortWithinPartitions("split", "id")
-    indexed = shard.with_local_index(df)
-    bases = shard.count_positions(indexed).bases
-    plans = {"train": SplitPlan("train", 2, 2, 1), "val": SplitPlan("val", 1, 2, 1), "test": SplitPlan("test", 0, 0, 0)}
-    schema = pa.schema([("id", pa.string()), ("num_tokens", pa.int32())])
-    written = shard.write_shards(shard.with_layout(indexed, bases, plans), plans, schema, str(tmp_path), "zstd", "b1")
-    assert [(w.split, w.file, w.row_group_rows) for w in written] == [("train", 0, (1, 1)), ("val", 0, (1, 0))]
-    train = [w for w in written if w.split == "train"][0]
-    assert pq.read_table(tmp_path / train.path).column("id").to_pylist() == ["t0", "t1"]
-    assert shard.totals_from_files(written)["train"]["tokens"] == 7
-
-
-def test_the_positions_count_also_counts_the_duplicates_de_duplication_removed(spark):
-    # 6 records, 3 distinct texts: de-duplication keeps 3 and removes 3, and the one aggregation that
-    # lays the kept rows out says so, as the separate count does.
-    from pyspark.sql import functions as F
-
-    from spark_jobs import clean
-
+def test_the_writers_count_the_duplicates_de_duplication_removed(spark, tmp_path):
+    # 6 records, 3 distinct texts: de-duplication keeps 3 and removes 3, and the writer tasks that
+    # stream the kept documents past say so.
     texts = ["a", "b", "a", "c", "a", "b"]
     records = spark.createDataFrame([(t, None) for t in texts], "text string, id_raw string")
     kept = (records.transform(lambda d: clean.with_ids(d, id_from_input=False)).repartition(2, clean.CONTENT_HASH)
-            .transform(clean.drop_duplicates).withColumn("split", F.lit("train")).sortWithinPartitions("split", "id"))
-    counts = shard.count_positions(shard.with_local_index(kept))
-    assert (counts.per_split, counts.duplicates, clean.count_duplicates(kept)) == ({"train": 3}, 3, 3)
-    assert clean.count_duplicates(records) == 0  # no de-duplication ran: nothing was removed
+            .transform(clean.drop_duplicates).withColumn("split", F.lit("train")).sortWithinPartitions("split", "id")
+            .select("id", "split", "text", clean.COPIES))
+    written = shard.write_partitions(kept, token_counter(), SCHEMA, str(tmp_path), ShardConfig(), "b")
+    assert (written.duplicates, written.totals["train"]["documents"]) == (3, 3)
+
+
+def test_dropped_blocks_are_counted_for_their_split_though_no_file_holds_them(spark, tmp_path):
+    # causal_lm with drop_remainder: a split whose every block is dropped still has its documents
+    # and dropped tokens in the totals.
+    count_tokens = token_counter()
+
+    def drop_val(batches):
+        for encoded in count_tokens(batches):
+            columns = encoded.columns[:-1] + [pa.array([s == "val" for s in encoded.column("split").to_pylist()])]
+            yield pa.RecordBatch.from_arrays(columns, names=encoded.schema.names)
+
+    df = spark.createDataFrame([("t", "train", "abc"), ("v", "val", "hello")], T.StructType([
+        T.StructField("id", T.StringType()), T.StructField("split", T.StringType()),
+        T.StructField("text", T.StringType())])).repartition(1).sortWithinPartitions("split", "id")
+    written = shard.write_partitions(df, drop_val, SCHEMA, str(tmp_path), ShardConfig(), "b")
+    assert [w.split for w in written.files] == ["train"]
+    assert {k: v for k, v in written.totals["val"].items() if k != "length_histogram"} == {
+        "tokens": 0, "documents": 1, "truncated_documents": 0, "dropped_tokens": 5}
+    assert json.loads(written.files[0].stats)["tokens"] == 3

