@@ -20,7 +20,12 @@ from pipeline.errors import ShardlineError
 # 3: the manifest is the dataset's index: every data and rejects file with its bytes, row groups and
 #    sha256 (writer tasks write unique attempt names; only the files listed are the dataset), and one
 #    dataset_fingerprint that the job's skip check, the driver and the trainer all compare.
-SCHEMA_VERSION = 3
+# 4: each tokenizing task writes its own files per split (part-<partition>-<sequence>): row groups of
+#    shard.row_group_rows rows but each task's last, no longer a multiple of shard.divisible_by (gone).
+#    Same columns and manifest; a reader that deals rows out by row group gets uneven ranks now.
+SCHEMA_VERSION = 4
+# The trainer reads both: its reader shares rows evenly at row granularity, whatever the row groups.
+READABLE_SCHEMA_VERSIONS = (3, 4)
 
 # Column names. Token columns are list<int32>: Spark 3.5's Arrow path rejects FixedSizeList.
 ID_COLUMN = "id"  # stable document id (string); drives the split, so it must not depend on order

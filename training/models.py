@@ -162,9 +162,10 @@ def check_dataset_matches(model: nn.Module, manifest: contract.Manifest, config:
     """Fail before step 1, in one sentence, when the dataset cannot feed this config and model."""
     where = config.dataset_dir
     problems = []
-    if manifest.schema_version != contract.SCHEMA_VERSION:
+    if manifest.schema_version not in contract.READABLE_SCHEMA_VERSIONS:
+        readable = " or ".join(map(str, contract.READABLE_SCHEMA_VERSIONS))
         problems.append(f"{where} has schema version {manifest.schema_version} but this trainer reads "
-                        f"{contract.SCHEMA_VERSION}; rebuild it with `shardline preprocess --force`")
+                        f"{readable}; rebuild it with `shardline preprocess --force`")
     if manifest.task != config.preprocess.task:
         problems.append(f"{where} was built for task {manifest.task} but preprocess.task is {config.preprocess.task}")
     if MODEL_TASKS[config.train.model] != manifest.task:

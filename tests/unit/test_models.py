@@ -103,6 +103,16 @@ def test_contract_check_names_the_mismatch(manifest_changes, train, message):
         check_dataset_matches(model, _manifest(splits=splits, **manifest_changes), _config(**train))
 
 
+def test_a_schema_3_dataset_still_trains():
+    # Schema 4 only dropped a row-group layout the reader does not use: a dataset built before it
+    # needs no rebuild.
+    from training.models import check_dataset_matches
+
+    model = build_model(TrainConfig(model="mlp", embedding_dim=4, hidden_size=4), _manifest())
+    splits = {"train": contract.SplitStats(rows=4, tokens=8, num_files=1, num_row_groups=1, row_group_rows=[4])}
+    check_dataset_matches(model, _manifest(splits=splits, schema_version=3), _config())
+
+
 def test_contract_check_refuses_a_classifier_on_causal_blocks():
     from pipeline.config import build_config
     from training.models import check_dataset_matches
