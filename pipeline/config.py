@@ -131,7 +131,7 @@ class ShardConfig(_Strict):
     target_mb: float = Field(128, gt=0)
     """Compressed Parquet file size in MB at which a tokenizing task starts its next file of a split."""
     row_group_rows: int = Field(8192, ge=1)
-    """Rows per row group; a task's last row group of a split holds the rest."""
+    """Rows per row group; the last two of a task's split share what is left evenly."""
     compression: Literal["zstd", "snappy"] = "zstd"
     """Parquet compression codec."""
 

@@ -3,7 +3,7 @@
 The de-duplicated documents are hashed into partitions by content and sorted by (split, id) within
 them (preprocess.documents_by_content). Each task of that stage runs the encoder on its batches and
 writes what comes out straight into Parquet (`write_partitions`): per split, row groups of
-`shard.row_group_rows` rows (a task's last one holds the rest), and a new file once the one being
+`shard.row_group_rows` rows (a task's last two share the rest evenly), and a new file once the one being
 written reaches `shard.target_mb` compressed. So token arrays never leave the task that made them:
 no token rows cross into the JVM, are persisted, counted or shuffled again, and every core that
 tokenizes also writes.
@@ -137,8 +137,9 @@ class WrittenDataset:
 
 class _SplitFiles:
     """One split's files in one task: row groups of row_group_rows rows, cut by row count (not by
-    where batches end), and a new file once the one being written reaches target_mb compressed.
-    The task holds one batch, one pending row group and the compressed file it is writing."""
+    where batches end), the last two sharing what is left evenly, and a new file once the one being
+    written reaches target_mb compressed. The task holds one batch, at most two pending row groups
+    and the compressed file it is writing."""
 
     def __init__(self, root: str, split_name: str, partition: int, cfg: ShardConfig, schema: pa.Schema,
                  build_id: str):
@@ -154,15 +155,21 @@ class _SplitFiles:
     def add(self, rows: pa.Table) -> None:
         self.pending.append(rows)
         self.pending_rows += rows.num_rows
-        while self.pending_rows >= self.cfg.row_group_rows:
+        # Up to two row groups are held back, so that the task's last rows are shared evenly by its
+        # last two groups (each at least half of row_group_rows) instead of ending in a sliver.
+        while self.pending_rows >= 2 * self.cfg.row_group_rows:
             table = pa.concat_tables(self.pending)
             self._write_group(table.slice(0, self.cfg.row_group_rows))
             rest = table.slice(self.cfg.row_group_rows)
-            self.pending, self.pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+            self.pending, self.pending_rows = [rest], rest.num_rows
 
     def close(self) -> list[tuple]:
         if self.pending_rows:
-            self._write_group(pa.concat_tables(self.pending))
+            table = pa.concat_tables(self.pending)
+            first = table.num_rows if table.num_rows <= self.cfg.row_group_rows else (table.num_rows + 1) // 2
+            self._write_group(table.slice(0, first))
+            if first < table.num_rows:
+                self._write_group(table.slice(first))
             self.pending, self.pending_rows = [], 0
         self._close_file()
         return self.written

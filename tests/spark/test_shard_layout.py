@@ -30,6 +30,15 @@ def token_counter():
     return count_tokens
 
 
+def balanced_groups(rows: int, row_group_rows: int) -> list[int]:
+    """Row groups of row_group_rows, the last two sharing what is left evenly."""
+    full, rest = divmod(rows, row_group_rows)
+    if rest == 0 or full == 0:
+        return [row_group_rows] * full + ([rest] if rest else [])
+    tail = row_group_rows + rest
+    return [row_group_rows] * (full - 1) + [(tail + 1) // 2, tail // 2]
+
+
 def test_each_partition_writes_its_own_files_with_every_row_once_in_split_and_id_order(spark, tmp_path):
     rows = ([(f"t{i:02d}", "train", "x" * i) for i in range(17)] + [(f"v{i}", "val", "yy") for i in range(5)]
             + [(f"x{i}", "test", "z") for i in range(3)])
@@ -47,7 +56,7 @@ def test_each_partition_writes_its_own_files_with_every_row_once_in_split_and_id
         assert w.path.startswith(f"{name}/part-{partition:05d}-000-b1-")
         table = pq.read_table(tmp_path / w.path)
         assert table.column("id").to_pylist() == ids
-        assert list(w.row_group_rows) == [4] * (len(ids) // 4) + ([len(ids) % 4] if len(ids) % 4 else [])
+        assert list(w.row_group_rows) == balanced_groups(len(ids), 4)
     assert written.files == sorted(written.files)  # the manifest's read order: split, partition, sequence
     assert {name: t["documents"] for name, t in written.totals.items()} == {"train": 17, "val": 5, "test": 3}
     assert written.totals["train"]["tokens"] == sum(range(17)) and written.duplicates == 0

@@ -147,23 +147,25 @@ def _encoded(split_names, tokens, dropped=None):
 def test_a_tasks_writer_cuts_row_groups_by_rows_and_names_files_by_split_partition_and_sequence(tmp_path):
     schema = pa.schema([("id", pa.string()), (contract.NUM_TOKENS, pa.int32())])
     writer = shard.PartitionWriter(str(tmp_path), 3, ShardConfig(row_group_rows=4), schema, "b")
-    # 7 train rows in batches of 2, 3 and 2 (groups are cut by rows, not batches), then 2 val rows.
+    # 13 train rows in batches of 2, 3, 2 and 6 (groups are cut by rows, not batches; the last two
+    # share the 5 left after two full groups evenly: 3 + 2, not 4 + 1), then 2 val rows.
     writer.add(_encoded(["train"] * 2, [3, 9]))
     writer.add(_encoded(["train"] * 3, [20, 1, 1]))
-    writer.add(_encoded(["train", "train", "val", "val"], [5, 5, 7, 7]))
+    writer.add(_encoded(["train"] * 2, [5, 5]))
+    writer.add(_encoded(["train"] * 6 + ["val", "val"], [1] * 6 + [7, 7]))
     written = writer.close()
-    assert [(w[0], w[1], w[5]) for w in written] == [("train", 3 << shard.SEQUENCE_BITS, [4, 3]),
+    assert [(w[0], w[1], w[5]) for w in written] == [("train", 3 << shard.SEQUENCE_BITS, [4, 4, 3, 2]),
                                                      ("val", 3 << shard.SEQUENCE_BITS, [2])]
     train = written[0]
     assert train[2].startswith("train/part-00003-000-b-")
     data = (tmp_path / train[2]).read_bytes()
     assert train[3] == len(data) and train[4] == storage.sha256(str(tmp_path / train[2]))
     parquet = pq.ParquetFile(tmp_path / train[2])
-    assert [parquet.metadata.row_group(i).num_rows for i in range(2)] == [4, 3]
+    assert [parquet.metadata.row_group(i).num_rows for i in range(4)] == [4, 4, 3, 2]
     assert parquet.schema_arrow == schema  # the file's columns only, not the split or stat columns
-    assert parquet.read().column(contract.NUM_TOKENS).to_pylist() == [3, 9, 20, 1, 1, 5, 5]
-    assert json.loads(train[6]) == {"tokens": 44, "documents": 7, "truncated_documents": 3, "dropped_tokens": 0,
-                                    "length_histogram": {"<=8": 5, "<=16": 1, "<=32": 1}}
+    assert parquet.read().column(contract.NUM_TOKENS).to_pylist() == [3, 9, 20, 1, 1, 5, 5] + [1] * 6
+    assert json.loads(train[6]) == {"tokens": 50, "documents": 13, "truncated_documents": 6, "dropped_tokens": 0,
+                                    "length_histogram": {"<=8": 11, "<=16": 1, "<=32": 1}}
 
 
 def test_a_new_file_starts_once_the_open_one_reaches_target_mb_and_dropped_blocks_are_only_counted(tmp_path):
