@@ -1,7 +1,7 @@
 """Preprocess throughput on real text: the raw in-process limit, the Spark job, the whole
 `shardline preprocess` process and Hugging Face `datasets`, on one corpus, in one run.
 
-    python benchmarks/bench_preprocess.py [--max-length 128] [--workdir runs/bench] [--cores 2] [--no-hf] [--copies 1] [--p1-only]
+    python benchmarks/bench_preprocess.py [--max-length 128] [--workdir runs/bench] [--cores 2] [--no-hf] [--copies 1] [--p1-only | --p5-only]
 
 Corpus: GCIDE (Debian's dict-gcide, see corpora.py): 126,240 real dictionary entries, 47.6 MB of
 JSONL, as one file and as 64 files; `--copies 4` makes it 4x (505k unique documents, 190 MB), where
@@ -248,7 +248,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--p1-only", action="store_true",
                         help="only P1's paths (batched raw, the job on local[cores] and one file, the whole "
                              "process, HF): for big --copies, where the other paths take long")
+    parser.add_argument("--p5-only", action="store_true",
+                        help="only P5's paths (the job on local[cores] and on local[1], as is and pinned to one "
+                             "core, for the one file and the 64 files), after one warm-up build")
     args = parser.parse_args(argv)
+    if args.p1_only and args.p5_only:
+        parser.error("--p1-only and --p5-only exclude each other")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     import corpora
@@ -270,25 +275,30 @@ def main(argv: list[str] | None = None) -> int:
         return timed_child(RAW, str(one_file), tokenizer_json, cores, length, str(ROOT), str(work / "raw.parquet"),
                            cut, str(batch), label=label)
 
-    whole_raw_s = raw_cut_s = None
-    if not args.p1_only:
+    whole_raw_s = raw_cut_s = batched_raw_s = None
+    if not (args.p1_only or args.p5_only):
         whole_raw_s = raw("0", 0, "raw")
         print(f"(a)  raw limit ({cores} threads), one call   : {whole_raw_s:7.2f} s {docs / whole_raw_s:7.0f} docs/s  {load()}", flush=True)
-    batched_raw_s = raw("0", RAW_BATCH, "raw_batched")
-    print(f"(a'') raw limit, {RAW_BATCH} docs a call  : {batched_raw_s:7.2f} s {docs / batched_raw_s:7.0f} docs/s  {load()}", flush=True)
-    if not args.p1_only:
+    if not args.p5_only:
+        batched_raw_s = raw("0", RAW_BATCH, "raw_batched")
+        print(f"(a'') raw limit, {RAW_BATCH} docs a call  : {batched_raw_s:7.2f} s {docs / batched_raw_s:7.0f} docs/s  {load()}", flush=True)
+    if not (args.p1_only or args.p5_only):
         raw_cut_s = raw("1", 0, "raw_cut")
         print(f"(a') raw limit + the job's prefix cut  : {raw_cut_s:7.2f} s {docs / raw_cut_s:7.0f} docs/s  {load()}", flush=True)
     # The ratios are to the faster raw path: a corpus in one call holds every encoding at once, which
     # costs more than the calls themselves on a big corpus; batches keep the tokenizer's speed.
-    raw_s = min(whole_raw_s or batched_raw_s, batched_raw_s)
+    raw_s = min(whole_raw_s or batched_raw_s, batched_raw_s) if batched_raw_s else None
+
+    def versus_raw(seconds: float) -> str:
+        return f"{raw_s / seconds:.2f}x raw" if raw_s else ""
+
     # The first job of a JVM also pays the JVM's warm-up (class loading, JIT; every session still
     # starts its own Python workers): a one-time cost that would land on whichever run came first
     # and skew the scaling ratios. So one build first, printed as the cold figure, kept out of them.
     cold_s, _ = spark_job(f"local[{cores}]", one_file, work / "spark", args.max_length)
     CPU["job cold (first in the JVM)"] = CPU.pop(f"job local[{cores}] {one_file.name}")
     print(f"(b0) Spark job, first in the JVM      : {cold_s:7.2f} s {docs / cold_s:7.0f} docs/s  "
-          f"{raw_s / cold_s:.2f}x raw  {load()}", flush=True)
+          f"{versus_raw(cold_s)}  {load()}", flush=True)
     jobs = {}
     all_cpus = os.sched_getaffinity(0)
     for name, corpus in (("1 file", one_file), ("64 files", many_files))[:1 if args.p1_only else 2]:
@@ -304,20 +314,22 @@ def main(argv: list[str] | None = None) -> int:
                 pin_tree(all_cpus)
             jobs[(name, label)] = seconds
             print(f"(b)  Spark job {label:16s} {name:8s}: {seconds:7.2f} s {docs / seconds:7.0f} docs/s  "
-                  f"{raw_s / seconds:.2f}x raw  stages {manifest.stage_seconds}  {load()}", flush=True)
-    process_s = whole_process(f"local[{cores}]", one_file, work / "cli", args.max_length)
-    print(f"(c)  shardline preprocess, whole process: {process_s:7.2f} s {docs / process_s:7.0f} docs/s  {load()}", flush=True)
-    hf_s = None
-    if not args.no_hf:
+                  f"{versus_raw(seconds)}  stages {manifest.stage_seconds}  {load()}", flush=True)
+    process_s = hf_s = None
+    if not args.p5_only:
+        process_s = whole_process(f"local[{cores}]", one_file, work / "cli", args.max_length)
+        print(f"(c)  shardline preprocess, whole process: {process_s:7.2f} s {docs / process_s:7.0f} docs/s  {load()}", flush=True)
+    if not (args.no_hf or args.p5_only):
         hf_s = timed_child(HF, str(one_file), tokenizer_json, cores, length, str(work / "hf.parquet"),
                            python=hf_python(work), label="hf")
         print(f"(d)  HF datasets map(num_proc={cores})     : {hf_s:7.2f} s {docs / hf_s:7.0f} docs/s  {load()}", flush=True)
 
     job = jobs[("1 file", f"local[{cores}]")]
-    print(f"P1 job / raw limit        : {raw_s / job:.2f}x (target >= 1.0; the faster raw path); "
-          + (f"/ one call {whole_raw_s / job:.2f}x, / raw + cut: {raw_cut_s / job:.2f}x; " if whole_raw_s else "")
-          + f"/ {RAW_BATCH} a call {batched_raw_s / job:.2f}x; first job in the JVM / raw: {raw_s / cold_s:.2f}x")
-    print(f"P1 whole process / raw    : {raw_s / process_s:.2f}x (target >= 0.8)")
+    if not args.p5_only:
+        print(f"P1 job / raw limit        : {raw_s / job:.2f}x (target >= 1.0; the faster raw path); "
+              + (f"/ one call {whole_raw_s / job:.2f}x, / raw + cut: {raw_cut_s / job:.2f}x; " if whole_raw_s else "")
+              + f"/ {RAW_BATCH} a call {batched_raw_s / job:.2f}x; first job in the JVM / raw: {raw_s / cold_s:.2f}x")
+        print(f"P1 whole process / raw    : {raw_s / process_s:.2f}x (target >= 0.8)")
     if hf_s:
         print(f"P1 job / HF datasets      : {hf_s / job:.2f}x; whole process / HF datasets: {hf_s / process_s:.2f}x "
               f"(target > 1); HF / raw {raw_s / hf_s:.2f}x")
@@ -329,11 +341,12 @@ def main(argv: list[str] | None = None) -> int:
     print("CPU seconds (user + system, every process of the path; the load does not inflate these):")
     for label, seconds in CPU.items():
         print(f"  {label:32s}: {seconds:7.1f} s  {docs / seconds:6.0f} docs per CPU-second")
-    raw_cpu = min(CPU.get("raw", CPU["raw_batched"]), CPU["raw_batched"])
-    print(f"P1 by CPU: job / raw {raw_cpu / job_cpu:.2f}x (the raw path using less), / raw batched {CPU['raw_batched'] / job_cpu:.2f}x, "
-          + (f"job / raw + cut {CPU['raw_cut'] / job_cpu:.2f}x, " if "raw_cut" in CPU else "")
-          + f"whole process / raw {raw_cpu / CPU['process']:.2f}x"
-          + (f", job / HF datasets {CPU['hf'] / job_cpu:.2f}x" if "hf" in CPU else ""))
+    if not args.p5_only:
+        raw_cpu = min(CPU.get("raw", CPU["raw_batched"]), CPU["raw_batched"])
+        print(f"P1 by CPU: job / raw {raw_cpu / job_cpu:.2f}x (the raw path using less), / raw batched {CPU['raw_batched'] / job_cpu:.2f}x, "
+              + (f"job / raw + cut {CPU['raw_cut'] / job_cpu:.2f}x, " if "raw_cut" in CPU else "")
+              + f"whole process / raw {raw_cpu / CPU['process']:.2f}x"
+              + (f", job / HF datasets {CPU['hf'] / job_cpu:.2f}x" if "hf" in CPU else ""))
     print(json.dumps({"cpu": CPU, "docs": docs, "raw_s": whole_raw_s, "raw_batched_s": batched_raw_s, "cold_s": cold_s, "raw_cut_s": raw_cut_s, "process_s": process_s, "hf_s": hf_s,
                       "jobs": {f"{k[0]} {k[1]}": v for k, v in jobs.items()}}))
     return 0

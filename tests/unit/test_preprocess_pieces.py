@@ -4,7 +4,6 @@ import json
 import random
 import unicodedata
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
