@@ -21,7 +21,7 @@ from pipeline.errors import ShardlineError
 #    sha256 (writer tasks write unique attempt names; only the files listed are the dataset), and one
 #    dataset_fingerprint that the job's skip check, the driver and the trainer all compare.
 # 4: each tokenizing task writes its own files per split (part-<partition>-<sequence>): row groups of
-#    shard.row_group_rows rows but each task's last, no longer a multiple of shard.divisible_by (gone).
+#    shard.row_group_rows rows but a task's last two, no longer a multiple of shard.divisible_by (gone).
 #    Same columns and manifest; a reader that deals rows out by row group gets uneven ranks now.
 SCHEMA_VERSION = 4
 # The trainer reads both: its reader shares rows evenly at row granularity, whatever the row groups.

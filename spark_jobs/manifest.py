@@ -10,36 +10,12 @@ from __future__ import annotations
 import sys
 import uuid
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
 from pipeline import contract, storage
-from spark_jobs.encode import DOC_LENGTHS, DOCUMENTS, DROPPED, SPLIT, TRUNCATED
-
-
-def token_stats(encoded: DataFrame) -> dict[str, dict]:
-    """Per split, from the encoded rows (dropped blocks included): what the manifest reports."""
-    written = ~F.col(DROPPED)
-    totals = {
-        r[SPLIT]: r.asDict()
-        for r in encoded.groupBy(SPLIT).agg(
-            F.sum(F.when(written, 1).otherwise(0)).alias("rows"),
-            F.sum(F.when(written, F.col(contract.NUM_TOKENS)).otherwise(0)).alias("tokens"),
-            F.sum(F.when(~written, F.col(contract.NUM_TOKENS)).otherwise(0)).alias("dropped_tokens"),
-            F.sum(DOCUMENTS).alias("documents"),
-            F.sum(TRUNCATED).alias("truncated_documents"),
-        ).collect()
-    }
-    lengths = encoded.select(SPLIT, F.explode(DOC_LENGTHS).alias("n"))
-    bins = F.greatest(F.lit(8), F.pow(F.lit(2), F.ceil(F.log2(F.greatest(F.col("n"), F.lit(1)))))).cast("long")
-    for r in lengths.groupBy(SPLIT, bins.alias("bin")).count().collect():
-        histogram = totals[r[SPLIT]].setdefault("length_histogram", {})
-        histogram[f"<={r['bin']}"] = r["count"]
-    return totals
 
 
 def split_stats(files: list[contract.DataFile], totals: dict | None, max_length: int) -> contract.SplitStats:
-    """A split's stats: rows and row groups from what the writer tasks wrote, the rest from token_stats."""
+    """A split's stats: rows and row groups from its files, the token accounting from the totals the
+    writer tasks reported (shard.WrittenDataset.totals)."""
     totals = totals or {}
     groups = [rows for f in files for rows in f.row_group_rows]
     rows, documents = sum(groups), int(totals.get("documents") or 0)
