@@ -149,8 +149,11 @@ class _SplitFiles:
         self.sequence = 0
         self.pending: list[pa.Table] = []
         self.pending_rows = 0
-        self.writer = None
         self.written: list[tuple] = []
+        # The file being written (None between files): opened by the first row group that needs it.
+        self.writer: pq.ParquetWriter | None = None
+        self.sink: pa.BufferOutputStream | None = None
+        self.number, self.name, self.counts, self.stats = 0, "", [], FileStats()
 
     def add(self, rows: pa.Table) -> None:
         self.pending.append(rows)
@@ -180,8 +183,7 @@ class _SplitFiles:
             self.name = attempt_name(f"{self.split}/part-{self.partition:05d}-{self.sequence:03d}", self.build_id)
             self.sink = pa.BufferOutputStream()
             self.writer = pq.ParquetWriter(self.sink, self.schema, compression=self.cfg.compression)
-            self.counts: list[int] = []
-            self.stats = FileStats()
+            self.counts, self.stats = [], FileStats()
             self.sequence += 1
         self.stats.add(table)
         self.writer.write_table(table.select(self.schema.names).cast(self.schema), row_group_size=table.num_rows)
