@@ -39,8 +39,8 @@ class _Strict(BaseModel):
 class DataConfig(_Strict):
     """Where the corpus is and which fields of a record to read."""
 
-    input: str
-    """A file, a directory (read recursively; names starting with `.` or `_` are skipped) or a glob. Relative paths resolve against the working directory."""
+    input: str | None = None
+    """A file, a directory (read recursively; names starting with `.` or `_` are skipped) or a glob. Relative paths resolve against the working directory. Required, except in a mixture (train.datasets), whose sources name their own."""
     format: Literal["auto", "text", "jsonl", "parquet", "csv"] = "auto"
     """How to read the files. `auto` picks it from the extensions (.txt, .jsonl/.json, .parquet, .csv, optionally .gz/.bz2); all files must agree."""
     text_column: str = "text"
@@ -247,6 +247,25 @@ MODEL_TASKS = {"mlp": "classification", "bert": "classification", "gpt2": "causa
 DEFAULT_MODELS = {"classification": "mlp", "causal_lm": "gpt2"}
 
 
+class MixSourceConfig(_Strict):
+    """One source of a training mixture: a committed dataset (`path`) or a corpus the run preprocesses (`input`)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+    """The source's name in logs, metrics (val_<name>_loss) and eval.json; letters, digits, `_` and `-`."""
+    weight: float = Field(gt=0)
+    """Its share of the training stream, relative to the other sources' weights (they need not sum to 1). May change on resume: the new mix applies from the resumed step on."""
+    path: str | None = None
+    """A committed shardline dataset (a directory or URI holding _SUCCESS and manifest.json)."""
+    input: str | None = None
+    """A corpus to preprocess with this config's data/tokenizer/preprocess sections (its data.input); the run writes it to run_dir/sources/<name>/dataset."""
+
+    @model_validator(mode="after")
+    def _one_location(self) -> "MixSourceConfig":
+        if (self.path is None) == (self.input is None):
+            raise InvalidKey("path", f"source {self.name}: set exactly one of path (a built dataset) or input (a corpus)")
+        return self
+
+
 class TrainConfig(_Strict):
     """Training: the model, optimization, precision, data parallelism, checkpoints."""
 
@@ -310,6 +329,10 @@ class TrainConfig(_Strict):
     """Row groups read in parallel per process (each by the reader.backend)."""
     num_shuffle_row_groups: int = Field(4, ge=1)
     """Row groups whose rows are permuted together (a shuffle window); the loader reads a window ahead."""
+    datasets: list[MixSourceConfig] | None = None
+    """Train on a weighted mixture of sources (see train.datasets.*) instead of run_dir/dataset; they must share the tokenizer, max_length, task and labels."""
+    on_exhausted: Literal["repeat", "stop"] = "repeat"
+    """Mixtures: a source whose rows are used up in an epoch starts another pass (`repeat`), or each epoch ends before any source would (`stop`)."""
     record_sample_ids: bool = False
     """Write the ids each step trained on to run_dir/samples/rank-N.jsonl, to audit the data order."""
     hidden_size: int = Field(128, ge=1)
@@ -331,6 +354,13 @@ class TrainConfig(_Strict):
         if self.model == "mlp" and self.model_config_:
             raise InvalidKey("model_config", "holds bert/gpt2 settings, and train.model is mlp (which uses "
                                              "train.hidden_size and train.embedding_dim); set train.model or remove it")
+        if self.datasets is not None:
+            names = [source.name for source in self.datasets]
+            if not names or len(set(names)) != len(names):
+                raise InvalidKey("datasets", f"needs one or more sources with distinct names, got {names}")
+        if self.on_exhausted == "stop" and self.epochs > 1:
+            raise InvalidKey("on_exhausted", "stop ends the run before any source starts a second pass, so it trains "
+                                             f"one epoch; train.epochs is {self.epochs}: set it to 1, or use repeat")
         width, heads = ("hidden_size", "num_attention_heads") if self.model == "bert" else ("n_embd", "n_head")
         settings = {**(BERT_DEFAULTS if self.model == "bert" else GPT2_DEFAULTS), **self.model_config_}
         if self.model != "mlp" and not self.pretrained and _divides(settings.get(heads), settings.get(width)) is False:
@@ -443,6 +473,9 @@ class ShardlineConfig(_Strict):
         if MODEL_TASKS[model] != task:
             raise InvalidKey("train.model", f"{model} trains {MODEL_TASKS[model]}, but preprocess.task is {task}; "
                                             f"use train.model: {DEFAULT_MODELS[task]} (or change preprocess.task)")
+        if self.data.input is None and self.train.datasets is None:
+            raise InvalidKey("data.input", "is required: the corpus to preprocess (or list the sources of a mixture "
+                                           "in train.datasets)")
         if task == "classification" and self.data.label_column is None:
             raise InvalidKey("data.label_column", "required when preprocess.task is classification (the default): name the "
                                                   "field holding each document's label (for unlabelled text, use "
@@ -464,6 +497,10 @@ class ShardlineConfig(_Strict):
     @property
     def dataset_dir(self) -> str:
         return self.run_path("dataset")
+
+    def source_dataset_dir(self, source: MixSourceConfig) -> str:
+        """A mixture source's dataset: its path, or where the run preprocesses its input."""
+        return source.path if source.path is not None else self.run_path("sources", source.name, "dataset")
 
     @property
     def tokenizer_dir(self) -> str:

@@ -6,21 +6,27 @@ import subprocess
 
 from pipeline import contract, storage
 from pipeline.config import ShardlineConfig
+from training import mixture
 
 LABEL_MAP_FILE = "label_map.json"
 LINEAGE_FILE = "lineage.json"
 
 
-def write_model_sidecars(directory: str, config: ShardlineConfig, manifest: contract.Manifest, summary: dict) -> None:
+def write_model_sidecars(directory: str, config: ShardlineConfig, manifest: contract.Manifest, summary: dict,
+                         sources: list | None = None) -> None:
     """Tokenizer, label map and lineage beside the weights in a local staging directory: the
-    model directory is usable on its own, wherever it is put."""
-    if storage.exists(storage.join(config.tokenizer_dir, "tokenizer.json")):
-        save_model_tokenizer(config.tokenizer_dir, directory, manifest)
+    model directory is usable on its own, wherever it is put. sources: a mixture's (training.mixture)."""
+    tokenizer_dir = mixture.tokenizer_dir(sources) if sources else config.tokenizer_dir
+    if storage.exists(storage.join(tokenizer_dir, "tokenizer.json")):
+        save_model_tokenizer(tokenizer_dir, directory, manifest)
     contract.write_json_atomic(os.path.join(directory, LABEL_MAP_FILE), manifest.label_map)
+    dataset_dir = sources[0].dataset_dir if sources else config.dataset_dir
     lineage = {
-        "dataset_dir": storage.normalize(config.dataset_dir),
+        "dataset_dir": storage.normalize(dataset_dir),
         "dataset_fingerprint": manifest.dataset_fingerprint,
-        "dataset_manifest_sha256": contract.file_sha256(storage.join(config.dataset_dir, contract.MANIFEST_FILE)),
+        "dataset_manifest_sha256": contract.file_sha256(storage.join(dataset_dir, contract.MANIFEST_FILE)),
+        "sources": mixture.lineage(sources) if sources else None,  # a mixture: every source, its weight, its dataset
+        "sources_seen": summary.get("sources"),
         "tokenizer_sha256": manifest.tokenizer_sha256,
         "schema_version": manifest.schema_version,
         "steps": summary["steps"],

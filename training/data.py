@@ -41,7 +41,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -376,22 +376,27 @@ def _to_batch(columns: dict[str, np.ndarray], pin_memory: bool) -> Batch:
 
 
 class BackgroundBatches:
-    """Runs the rank's stream on a thread, a few batches ahead, and counts how long the consumer
-    waited. Items are (epoch, batch); with num_epochs None it runs on into the following epochs."""
+    """Runs a rank's stream (a generator of (epoch, batch), made on the thread) a few batches ahead,
+    and counts how long the consumer waited."""
 
-    def __init__(self, spec: ReaderSpec, epoch: int, start_batch: int = 0, num_prefetch: int = 4,
-                 num_epochs: int | None = 1):
+    def __init__(self, make_stream: Callable[[], Iterator[tuple[int, Batch]]], num_prefetch: int = 4):
         self.wait_seconds = 0.0
         self._queue: queue.Queue = queue.Queue(maxsize=num_prefetch)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._produce, args=(spec, epoch, start_batch, num_epochs), daemon=True)
+        self._thread = threading.Thread(target=self._produce, args=(make_stream,), daemon=True)
         self._thread.start()
+
+    @classmethod
+    def of(cls, spec: ReaderSpec, epoch: int, start_batch: int = 0, num_prefetch: int = 4,
+           num_epochs: int | None = 1) -> BackgroundBatches:
+        """A split's stream (see _stream) from micro-batch start_batch of epoch on."""
+        return cls(lambda: _stream(spec, epoch, start_batch, num_epochs), num_prefetch)
 
     _DONE = object()
 
-    def _produce(self, spec: ReaderSpec, epoch: int, start_batch: int, num_epochs: int | None) -> None:
+    def _produce(self, make_stream: Callable[[], Iterator[tuple[int, Batch]]]) -> None:
         try:
-            with contextlib.closing(_stream(spec, epoch, start_batch, num_epochs)) as batches:  # closing stops the reads
+            with contextlib.closing(make_stream()) as batches:  # closing stops the reads
                 for item in batches:
                     if not self._put(item):
                         return
@@ -495,7 +500,7 @@ class StatefulLoader:
         work to do hides the reader's cold start (imports, checksums, the first window) behind it."""
         if self._stream is None and (self.num_epochs is None or self.epoch < self.num_epochs):
             remaining = None if self.num_epochs is None else self.num_epochs - self.epoch
-            self._stream = BackgroundBatches(self.spec, self.epoch, self.batch, self.num_prefetch, num_epochs=remaining)
+            self._stream = BackgroundBatches.of(self.spec, self.epoch, self.batch, self.num_prefetch, num_epochs=remaining)
 
     def __iter__(self) -> Iterator[Batch]:
         """The current epoch's remaining batches; the position counts each one as it is handed out."""

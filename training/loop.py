@@ -27,7 +27,7 @@ from torch.nn import functional as F
 from pipeline import contract, storage
 from pipeline.config import ShardlineConfig, TrainConfig
 from pipeline.errors import ShardlineError
-from training import checkpoint
+from training import checkpoint, mixture
 from training.data import TASK_COLUMNS, Batch, ReaderSpec, StatefulLoader, iter_batches, split_spec
 from training.distributed import Processes, every_rank, gather, sum_over_ranks, wait_for_main
 from training.metrics import (METRICS_FILE, MetricsLog, copy_to_run_dir, describe_locations, drop_records_after,
@@ -37,7 +37,8 @@ from training.models import causal_targets
 # Config keys that may change between a checkpoint and its resumption without changing the result.
 RESUMABLE_CHANGES = {"epochs", "max_steps", "log_every", "eval_every", "checkpoint_every", "num_checkpoints_kept",
                      "resume", "num_reader_workers", "record_sample_ids", "device", "nproc", "compile",
-                     "launcher", "torchrun", "distributor", "process_group_timeout_s", "eval_timeout_s"}
+                     "launcher", "torchrun", "distributor", "process_group_timeout_s", "eval_timeout_s",
+                     "datasets"}  # a mixture's sources are in the identity by content; their weights may change
 # Keys that matter only through their product with the process count, the global batch.
 GLOBAL_BATCH_KEYS = {"batch_size", "grad_accum_steps"}
 # Beside a fingerprint's checkpoints: what they were trained with, so another config can say what differs.
@@ -227,7 +228,8 @@ def global_batch_terms(cfg: TrainConfig, world_size: int) -> dict[str, int]:
             "processes": world_size, "grad_accum_steps": cfg.grad_accum_steps}
 
 
-def run_identity(config: ShardlineConfig, manifest: contract.Manifest, world_size: int) -> dict[str, Any]:
+def run_identity(config: ShardlineConfig, manifest: contract.Manifest, world_size: int,
+                 sources: list[mixture.Source] | None = None) -> dict[str, Any]:
     """What a checkpoint must have been trained with to be resumed by this config: the train keys
     that change the result, the dataset's identity and the global batch (not the process count, nor
     batch_size or grad_accum_steps alone: the data order is in samples, so 6 x 2 processes resumes
@@ -235,7 +237,13 @@ def run_identity(config: ShardlineConfig, manifest: contract.Manifest, world_siz
     train = {k: v for k, v in config.to_dict()["train"].items() if k not in RESUMABLE_CHANGES | GLOBAL_BATCH_KEYS}
     # The dataset's own fingerprint, not the manifest file's hash: a --force rebuild of the same
     # content rewrites the manifest (timings) but is the same dataset, so its checkpoints still resume.
-    dataset = manifest.dataset_fingerprint or contract.file_sha256(storage.join(config.dataset_dir, contract.MANIFEST_FILE))
+    def fingerprint(dataset_dir: str, manifest: contract.Manifest) -> str:
+        return manifest.dataset_fingerprint or contract.file_sha256(storage.join(dataset_dir, contract.MANIFEST_FILE))
+
+    if sources is None:
+        dataset: str | dict[str, str] = fingerprint(config.dataset_dir, manifest)
+    else:  # a mixture: which sources, by content (not their weights, which may change)
+        dataset = {source.name: fingerprint(source.dataset_dir, source.manifest) for source in sources}
     return {"train": train, "dataset": dataset, "global_batch": global_batch_terms(config.train, world_size)["global_batch"]}
 
 
@@ -308,29 +316,39 @@ def weights_sha256(model: nn.Module) -> str:
 class Trainer:
     """fit() and what it needs: the model (raw and wrapped), optimizer, schedule, scaler, state."""
 
-    def __init__(self, model: nn.Module, config: ShardlineConfig, manifest: contract.Manifest, processes: Processes):
+    def __init__(self, model: nn.Module, config: ShardlineConfig, manifest: contract.Manifest, processes: Processes,
+                 sources: list[mixture.Source] | None = None):
         cfg = self.cfg = config.train
         self.config, self.manifest, self.processes, self.model = config, manifest, processes, model
+        self.sources = sources  # a mixture (train.datasets), or None: run_dir/dataset alone
         self.run_dir, self.task, self.device = config.run_dir, manifest.task, processes.device
         self.local_dir = config.local_dir  # appended files (metrics, samples, TensorBoard) live here
         self.autocast_dtype = resolve_precision(cfg.precision, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
         columns = TASK_COLUMNS[self.task] + ((contract.ID_COLUMN,) if cfg.record_sample_ids else ())
-        self.spec = split_spec(
-            config.dataset_dir, manifest, "train", batch_size=cfg.batch_size, columns=columns, shuffle=True,
-            seed=cfg.seed, rank=processes.rank, world_size=processes.world_size, grad_accum_steps=cfg.grad_accum_steps,
-            drop_last=True, num_workers=cfg.num_reader_workers, num_shuffle_row_groups=cfg.num_shuffle_row_groups,
-            pin_memory=self.device.type == "cuda", backend=config.reader.backend,
-            verify_checksums=config.reader.verify_checksums,
-        )
-        self.loader = StatefulLoader(self.spec, num_epochs=cfg.epochs)  # reads nothing past the run's last epoch
+        reading = dict(batch_size=cfg.batch_size, columns=columns, seed=cfg.seed, rank=processes.rank,
+                       world_size=processes.world_size, grad_accum_steps=cfg.grad_accum_steps,
+                       num_workers=cfg.num_reader_workers, num_shuffle_row_groups=cfg.num_shuffle_row_groups,
+                       pin_memory=self.device.type == "cuda", backend=config.reader.backend,
+                       verify_checksums=config.reader.verify_checksums)
+        self.loader: StatefulLoader | mixture.MixtureLoader
+        if sources is None:
+            self.spec = split_spec(config.dataset_dir, manifest, "train", shuffle=True, drop_last=True, **reading)
+            self.loader = StatefulLoader(self.spec, num_epochs=cfg.epochs)  # reads nothing past the run's last epoch
+        else:
+            self.loader = mixture.MixtureLoader(mixture.build_plan(sources, on_exhausted=cfg.on_exhausted, **reading),
+                                                num_epochs=cfg.epochs)
+            self.spec = self.loader.plan.specs[0]  # backend and checksum settings, for validation
+        self.source_tokens = [0] * len(sources or ())  # tokens trained on per source, over all ranks (mixtures)
+        self._rank_source_tokens = torch.zeros(len(sources or ()), dtype=torch.float64)  # this rank's, not yet summed
+        self._passes_logged = [0] * len(sources or ())
         self.batches_per_epoch = self.loader.num_batches  # the same every epoch and on every rank
         steps_per_epoch = self.batches_per_epoch // cfg.grad_accum_steps  # whole global batches
         self.total_steps = min(cfg.epochs * steps_per_epoch, cfg.max_steps or math.inf)
         self.optimizer = build_optimizer(model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg, self.total_steps)
         self.state = RunState()
-        self.identity = run_identity(config, manifest, processes.world_size)
+        self.identity = run_identity(config, manifest, processes.world_size, sources)
         self.fingerprint = run_fingerprint(self.identity)
         self.global_batch_terms = global_batch_terms(cfg, processes.world_size)
         # One folder per fingerprint: a run with another train config, dataset or global batch
@@ -353,6 +371,7 @@ class Trainer:
     def save_checkpoint(self) -> None:
         # Logs first: a resumed run drops their records past its checkpoint, never misses earlier ones.
         self._copy_logs_to_run_dir()
+        self._reduce_source_tokens()  # collective, like the gather below
         rng = gather(_rng_state(), self.processes)  # collective: every rank calls it
         if self.processes.is_main:
             if not self._identity_written:
@@ -364,6 +383,7 @@ class Trainer:
                 "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(), "rng": rng, "last_loss": self.last_loss,
+                "source_tokens": list(self.source_tokens),
             }
             checkpoint.save(self.checkpoint_dir, self.state.step, state, self.cfg.num_checkpoints_kept)
         wait_for_main(self.processes)
@@ -399,6 +419,15 @@ class Trainer:
         self.loader.load_state_dict(state["loader"])
         self.state = RunState(state["run_state"]["step"], self.loader.epoch, self.loader.samples)
         self.last_loss = state["last_loss"]
+        self.source_tokens = list(state.get("source_tokens", self.source_tokens))
+        changes = getattr(self.loader, "changes", [])
+        if changes and self.cfg.on_exhausted == "stop":
+            raise ShardlineError("train.on_exhausted stop fixes the epoch's length from the weights the run started "
+                                 "with, so they cannot change on resume; keep them, or use on_exhausted repeat")
+        if changes and self.processes.is_main:
+            named = ", ".join(f"{s.name}" for s in self.sources)
+            print(f"train: mixture ({named}) {changes[0]} (step {state['run_state']['step']}): the new mix applies from "
+                  "this step on; every source continues its pass where it was", flush=True)
         saved_world = state["loader"]["world_size"]
         if saved_world == self.processes.world_size:
             _set_rng_state(state["rng"][self.processes.rank])
@@ -449,7 +478,15 @@ class Trainer:
                 print(where, flush=True)
         metrics = MetricsLog(self.local_dir, self.run_dir, self.total_steps, self.state.step, self.processes.is_main)
         samples = self._open_samples_log()
-        if self.processes.is_main and self.state.step == 0 and self.loader.left_out:
+        if self.sources is not None:
+            taken = self.loader.taken()
+            self._passes_logged = [-(-int(n) // s.manifest.splits["train"].rows) for n, s in zip(taken, self.sources)]
+            if self.processes.is_main and self.state.step == 0:
+                mix = ", ".join(f"{s.name} {s.weight:g} ({s.manifest.splits['train'].rows} rows)" for s in self.sources)
+                print(f"train: mixture of {mix}: epochs of {self.loader.plan.epoch_rows} samples in global batches of "
+                      f"{self.loader.global_batch}; a used-up source {'starts another pass' if cfg.on_exhausted == 'repeat' else 'ends the epoch'}",
+                      flush=True)
+        elif self.processes.is_main and self.state.step == 0 and self.loader.left_out:
             print(f"train: each epoch trains on {self.loader.rows - self.loader.left_out} of {self.loader.rows} "
                   f"samples, whole global batches of {self.loader.global_batch}; its last {self.loader.left_out} "
                   "(other ones each epoch, the order being shuffled) are left out", flush=True)
@@ -469,9 +506,10 @@ class Trainer:
                         epoch_ended = self.loader.batch == 0
                         self.state = RunState(self.state.step + 1, self.loader.epoch, self.loader.samples)
                         if samples is not None:
-                            ids = [i for b in host_batches for i in b[contract.ID_COLUMN]]
-                            samples.write(json.dumps({"step": self.state.step, "ids": ids}) + "\n")
+                            samples.write(json.dumps(self._sample_record(host_batches)) + "\n")
                             samples.flush()
+                        if self.sources is not None:
+                            self._count_source_tokens(host_batches)
                         window["samples"] += sum(b[contract.INPUT_IDS].shape[0] for b in host_batches)
                         window["tokens"] += sum(int(b[contract.ATTENTION_MASK].sum()) for b in host_batches)
                         self._after_step(result, metrics, window, epoch_ended)
@@ -489,7 +527,8 @@ class Trainer:
         if self.processes.is_main:
             print(format_stall_report(report), flush=True)
         return {"steps": self.state.step, "final_loss": self.last_loss, "input_stall": report,
-                "weights_sha256_per_rank": gather(weights_sha256(self.model), self.processes)}
+                "weights_sha256_per_rank": gather(weights_sha256(self.model), self.processes),
+                "sources": self.mixture_summary()}
 
     def _after_step(self, result: StepResult, metrics: MetricsLog, window: dict, epoch_ended: bool) -> None:
         cfg, step = self.cfg, self.state.step
@@ -506,6 +545,8 @@ class Trainer:
                 "tokens_per_s": round(world * window["tokens"] / elapsed, 1),
                 "input_wait_fraction": round((self.loader.wait_seconds - window["wait"]) / elapsed, 4),
             }
+            if self.sources is not None:
+                record.update(self._mixture_record())
             metrics.log(record, console=True)
             window.update(start=now, samples=0, tokens=0, wait=self.loader.wait_seconds)
         if cfg.eval_every and step % cfg.eval_every == 0 and not last:
@@ -515,18 +556,78 @@ class Trainer:
         if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or epoch_ended or last:
             self.save_checkpoint()
 
+    # -- mixtures ---------------------------------------------------------------------------------
+    def _sample_record(self, host_batches: list[Batch]) -> dict[str, Any]:
+        record = {"step": self.state.step, "ids": [i for b in host_batches for i in b[contract.ID_COLUMN]]}
+        if self.sources is not None:
+            record["sources"] = [self.sources[int(k)].name for b in host_batches for k in b[mixture.SOURCE_COLUMN]]
+        return record
+
+    def _count_source_tokens(self, host_batches: list[Batch]) -> None:
+        """This rank's tokens per source; summed over the ranks when they are logged or saved."""
+        for batch in host_batches:
+            per_row = batch[contract.ATTENTION_MASK].sum(dim=1, dtype=torch.int64)
+            found = torch.bincount(batch[mixture.SOURCE_COLUMN], weights=per_row.double(), minlength=len(self.sources))
+            self._rank_source_tokens += found
+
+    def _reduce_source_tokens(self) -> None:
+        """Collective (every rank calls it at the same steps): fold every rank's new counts in."""
+        if self.sources is None:
+            return
+        summed = sum_over_ranks(self._rank_source_tokens.clone(), self.processes)
+        self.source_tokens = [a + int(b) for a, b in zip(self.source_tokens, summed.tolist())]
+        self._rank_source_tokens.zero_()
+
+    def _mixture_record(self) -> dict[str, Any]:
+        """Samples, tokens and the pass each source is on, over all ranks, since the run's start; a
+        source starting another pass is said on the console."""
+        self._reduce_source_tokens()
+        taken = self.loader.taken()
+        record = {}
+        for number, source in enumerate(self.sources):
+            rows = source.manifest.splits["train"].rows
+            passes = -(-int(taken[number]) // rows)  # passes begun
+            if passes > self._passes_logged[number] and self.processes.is_main and self._passes_logged[number]:
+                print(f"train: source {source.name} started pass {passes} (its {rows} rows are used up "
+                      f"{passes - 1} time(s) by step {self.state.step})", flush=True)
+            self._passes_logged[number] = max(self._passes_logged[number], passes)
+            record.update({f"samples_{source.name}": int(taken[number]), f"tokens_{source.name}": self.source_tokens[number],
+                           f"pass_{source.name}": passes})
+        return record
+
+    def mixture_summary(self) -> dict[str, Any] | None:
+        if self.sources is None:
+            return None
+        record = self._mixture_record()
+        return {source.name: {"weight": source.weight, "samples": record[f"samples_{source.name}"],
+                              "tokens": record[f"tokens_{source.name}"], "passes": record[f"pass_{source.name}"],
+                              "share": record[f"samples_{source.name}"] / max(1, self.loader.position)}
+                for source in self.sources}
+
     def _evaluate_val(self) -> dict[str, Any] | None:
         """Validation, sharded over every rank by batch index and reduced (see evaluate); the
-        metrics are returned on the main process, which logs them."""
-        if self.manifest.splits["val"].rows == 0:
+        metrics are returned on the main process, which logs them. A mixture validates each source
+        on its own val split (keys <name>_loss, ...) and reports their weighted whole as loss, ..."""
+        if self.sources is None:
+            datasets = [(None, self.config.dataset_dir, self.manifest)]
+        else:
+            datasets = [(s.name, s.dataset_dir, s.manifest) for s in self.sources]
+        found: dict[str, dict[str, Any]] = {}
+        for name, dataset_dir, manifest in datasets:
+            if manifest.splits["val"].rows == 0:
+                continue
+            spec = split_spec(dataset_dir, manifest, "val", batch_size=self.config.eval.batch_size,
+                              columns=TASK_COLUMNS[self.task], shuffle=False, backend=self.spec.backend,
+                              verify_checksums=self.spec.verify_checksums)
+            num_classes = manifest.num_labels if self.task == "classification" else None
+            found[name] = evaluate(self.model, spec, self.device, self.task, self.autocast_dtype,
+                                   processes=self.processes, num_classes=num_classes)
+        if not found or not self.processes.is_main:
             return None
-        spec = split_spec(self.config.dataset_dir, self.manifest, "val", batch_size=self.config.eval.batch_size,
-                          columns=TASK_COLUMNS[self.task], shuffle=False, backend=self.spec.backend,
-                          verify_checksums=self.spec.verify_checksums)
-        num_classes = self.manifest.num_labels if self.task == "classification" else None
-        val = evaluate(self.model, spec, self.device, self.task, self.autocast_dtype, processes=self.processes,
-                       num_classes=num_classes)
-        return val if self.processes.is_main else None
+        if self.sources is None:
+            return found[None]
+        whole = mixture.weighted_whole(found, {s.name: s.weight for s in self.sources})
+        return {**whole, **{f"{name}_{key}": value for name, result in found.items() for key, value in result.items()}}
 
     def _open_samples_log(self):
         """samples/rank-N.jsonl on local disk (appended), trimmed to the resumed step; the main

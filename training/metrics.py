@@ -147,21 +147,32 @@ def describe_locations(local_dir: str, run_dir: str, samples: bool) -> str | Non
             f"{os.path.join(local_dir, TENSORBOARD_DIR)}")
 
 
+def loss_series(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+    """The plot's lines: train loss, val loss (a mixture's weighted whole) and, for a mixture, each
+    source's val loss (val_<name>_loss)."""
+    series: dict[str, list[tuple[int, float]]] = {"train loss": [], "val loss": []}
+    for record in records:
+        for key, value in record.items():
+            if key == "loss":
+                series["train loss"].append((record["step"], value))
+            elif key == "val_loss":
+                series["val loss"].append((record["step"], value))
+            elif key.startswith("val_") and key.endswith("_loss"):
+                series.setdefault(f"val loss: {key[4:-5]}", []).append((record["step"], value))
+    return {label: points for label, points in series.items() if points}
+
+
 def plot_losses(metrics_path: str, out_path: str) -> None:
-    """Train and val loss against step, from metrics.jsonl."""
+    """Train and val loss against step, from metrics.jsonl (one val line per source of a mixture)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on training machines
     import matplotlib.pyplot as plt
 
-    records = read_records(metrics_path)
-    train = [(r["step"], r["loss"]) for r in records if "loss" in r]
-    val = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     figure, axes = plt.subplots(figsize=(7, 4))
-    for points, label, style in ((train, "train loss", "-"), (val, "val loss", "o-")):
-        if points:
-            axes.plot(*zip(*points), style, label=label)
+    for label, points in loss_series(read_records(metrics_path)).items():
+        axes.plot(*zip(*points), "-" if label == "train loss" else "o-", label=label)
     axes.set_xlabel("step")
     axes.set_ylabel("loss")
     axes.legend()

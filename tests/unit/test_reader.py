@@ -266,7 +266,7 @@ def test_empty_row_groups_are_planned_but_not_read(tmp_path, backend):
 def test_background_batches_match_and_count_only_the_time_the_consumer_waited(uneven, backend):
     spec = _spec(uneven, backend)
     expected = _ids(spec)[2:]
-    eager = BackgroundBatches(spec, epoch=0, start_batch=2)
+    eager = BackgroundBatches.of(spec, epoch=0, start_batch=2)
     try:
         started = time.perf_counter()
         got = [b[contract.ID_COLUMN] for b in eager]
@@ -277,7 +277,7 @@ def test_background_batches_match_and_count_only_the_time_the_consumer_waited(un
     # Taking every batch at once, the consumer does little but wait for the reader (its start-up included).
     assert 0.2 * elapsed <= eager.wait_seconds <= elapsed, (eager.wait_seconds, elapsed)
 
-    slow = BackgroundBatches(spec, epoch=0, start_batch=2)
+    slow = BackgroundBatches.of(spec, epoch=0, start_batch=2)
     slept = 0.0
     try:
         started = time.perf_counter()

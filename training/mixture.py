@@ -1,0 +1,482 @@
+"""Training on a weighted mixture of datasets: one deterministic, elastically resumable stream.
+
+The order has two parts, both pure functions:
+- which source each position of the global stream takes, from the weights alone. The weights
+  become integer counts per period (exact for weights such as 0.7/0.2/0.1, else apportioned over
+  2**16 positions), and one period is laid out by the quota method (Balinski and Young): each
+  position goes to the source with the earliest deadline (count + 1) / k among those still under
+  their upper quota. Every prefix of the stream then holds each source's share within one sample
+  (|count - weight x positions| < 1), the period repeats exactly, and a position's source and its
+  index within that source are two table lookups, so seeking is instant;
+- which row of a source that index is: the source's own passes, each a shuffled order of all its
+  rows from (seed, source, pass), as training/data plans a single dataset. Source position q is
+  row q % rows of pass q // rows: every row once per pass, then the next pass (`repeat`), or the
+  run ends before any source would start a second one (`stop`).
+
+A mixture epoch is the sum of the sources' train rows, in whole global batches, and ranks deal each
+global batch out as training/data does (micro-batch k of rank r is positions [(k W + r) B, ...)), so
+resume at any position on another process count is exact. A weight change (`shardline train --set`
+with new weights) starts a new segment at the position where it happens: positions before keep their
+sources, each source continues from the samples it had given; the segments are part of the loader's
+state, so the history of the mix is in every checkpoint.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from pipeline import contract, storage
+from pipeline.errors import ShardlineError
+from training.data import (Batch, BackgroundBatches, ReaderSpec, RowGroupReads, _concat, _to_batch, plan_epoch,
+                           split_spec, window_order)
+
+SOURCE_COLUMN = "source"  # in each mixture batch: the index of the source (in train.datasets order) of each row
+MAX_PERIOD = 1 << 16  # weights with no exact period this short are apportioned over this many positions
+
+
+class MixtureError(ShardlineError):
+    """Sources that cannot be mixed, or a mixture state this config cannot continue."""
+
+
+# --- the source of each position ------------------------------------------------------------------
+
+def integer_shares(weights: tuple[float, ...]) -> tuple[int, ...]:
+    """Samples of each source per period: the exact ratio when the weights' decimal fractions have a
+    common denominator up to MAX_PERIOD, else the largest-remainder apportionment of MAX_PERIOD."""
+    exact = [Fraction(repr(float(w))) for w in weights]
+    total = sum(exact)
+    shares = [w / total for w in exact]
+    period = math.lcm(*(s.denominator for s in shares))
+    if period <= MAX_PERIOD:
+        return tuple(int(s * period) for s in shares)
+    quotas = [s * MAX_PERIOD for s in shares]
+    counts = [math.floor(q) for q in quotas]
+    by_remainder = sorted(range(len(quotas)), key=lambda i: (-(quotas[i] - counts[i]), i))
+    for i in by_remainder[:MAX_PERIOD - sum(counts)]:
+        counts[i] += 1
+    if min(counts) == 0:
+        raise MixtureError(f"a weight of {min(weights)} is below 1 / {MAX_PERIOD} of the total; raise it or drop the source")
+    return tuple(counts)
+
+
+@dataclass(frozen=True)
+class MixPattern:
+    """One period of the mixture: `order[r]` is the source of position r; `before[s, r]` the samples
+    of source s among positions [0, r)."""
+
+    counts: tuple[int, ...]
+    order: np.ndarray
+    before: np.ndarray
+
+    @property
+    def period(self) -> int:
+        return len(self.order)
+
+    def locate(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source, index among that source's positions) of each position counted from the pattern's start."""
+        cycle, offset = np.divmod(local, self.period)
+        source = self.order[offset]
+        return source, cycle * np.asarray(self.counts)[source] + self.before[source, offset]
+
+    def taken(self, local: int) -> np.ndarray:
+        """Samples of each source among the first `local` positions."""
+        cycle, offset = divmod(local, self.period)
+        return cycle * np.asarray(self.counts, dtype=np.int64) + self.before[:, offset]
+
+    def first_reaching(self, source: int, samples: int) -> int:
+        """The fewest positions holding `samples` samples of source."""
+        if samples <= 0:
+            return 0
+        cycle, rest = divmod(samples - 1, self.counts[source])
+        return cycle * self.period + int(np.searchsorted(self.before[source], rest + 1))
+
+
+@lru_cache(maxsize=8)
+def quota_pattern(counts: tuple[int, ...]) -> MixPattern:
+    """The quota method over one period of sum(counts) positions (see the module docstring)."""
+    period, sources = sum(counts), len(counts)
+    taken = [0] * sources
+    order = np.empty(period, dtype=np.int32)
+    for position in range(period):
+        best = -1
+        for s in range(sources):
+            # Under the upper quota: one more sample keeps count <= ceil(k (position + 1) / period).
+            if taken[s] * period < counts[s] * (position + 1):
+                # Earliest deadline (taken + 1) / k, ties to the lower index; compared without division.
+                if best < 0 or (taken[s] + 1) * counts[best] < (taken[best] + 1) * counts[s]:
+                    best = s
+        order[position] = best
+        taken[best] += 1
+    before = np.zeros((sources, period + 1), dtype=np.int64)
+    for s in range(sources):
+        before[s, 1:] = np.cumsum(order == s)
+    return MixPattern(counts, order, before)
+
+
+@dataclass(frozen=True)
+class MixSegment:
+    """Weights in force from global position `start` on; `offsets`: each source's samples before it."""
+
+    start: int
+    weights: tuple[float, ...]
+    offsets: tuple[int, ...]
+
+    @property
+    def pattern(self) -> MixPattern:
+        return quota_pattern(integer_shares(self.weights))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": self.start, "weights": list(self.weights), "offsets": list(self.offsets)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MixSegment:
+        return cls(int(data["start"]), tuple(float(w) for w in data["weights"]), tuple(int(o) for o in data["offsets"]))
+
+
+def locate(segments: tuple[MixSegment, ...], positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(source, source position) of each global position (sorted ascending)."""
+    sources = np.empty(len(positions), dtype=np.int64)
+    indexes = np.empty(len(positions), dtype=np.int64)
+    starts = [segment.start for segment in segments]
+    cuts = np.searchsorted(positions, starts[1:] + [np.iinfo(np.int64).max])
+    lo = 0
+    for segment, hi in zip(segments, cuts):
+        if hi > lo:
+            source, index = segment.pattern.locate(positions[lo:hi] - segment.start)
+            sources[lo:hi], indexes[lo:hi] = source, index + np.asarray(segment.offsets)[source]
+        lo = hi
+    return sources, indexes
+
+
+def taken_before(segments: tuple[MixSegment, ...], position: int) -> np.ndarray:
+    """Samples each source gave before a global position."""
+    segment = next(s for s in reversed(segments) if s.start <= position)
+    return np.asarray(segment.offsets, dtype=np.int64) + segment.pattern.taken(position - segment.start)
+
+
+# --- the sources ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    dataset_dir: str
+    manifest: contract.Manifest
+    weight: float
+
+
+def check_compatible(sources: list[Source]) -> None:
+    """Every source must be readable as one dataset: the same tokenizer, row length, task and labels."""
+    first = sources[0]
+    for other in sources[1:]:
+        differences = []
+        for what, key in (("tokenizer (sha256)", "tokenizer_sha256"), ("max_length", "max_length"), ("task", "task"),
+                          ("label set", "label_map"), ("pad id", "pad_id")):
+            mine, theirs = getattr(first.manifest, key), getattr(other.manifest, key)
+            if mine != theirs:
+                shown = (lambda v: v[:12] + "…") if key == "tokenizer_sha256" else repr
+                differences.append(f"{what} {shown(mine)} vs {shown(theirs)}")
+        if differences:
+            raise MixtureError(
+                f"train.datasets {first.name} ({first.dataset_dir}) and {other.name} ({other.dataset_dir}) cannot be "
+                f"mixed: {'; '.join(differences)}; build every source with the same tokenizer and preprocess settings"
+            )
+    for source in sources:
+        if source.manifest.splits["train"].rows == 0:
+            raise MixtureError(f"train.datasets {source.name} ({source.dataset_dir}) has no training rows")
+
+
+def source_seed(seed: int, name: str) -> int:
+    """Each source's passes are shuffled from their own seed, so adding a source moves no other's order."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{name}".encode()).digest()[:4], "little")
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+class _SourceRows:
+    """One source's rows at increasing source positions, for one rank: the windows of its passes
+    are read in order from the first position asked for (row groups ahead, by RowGroupReads); each
+    take() gathers the asked rows from the windows holding them."""
+
+    def __init__(self, spec: ReaderSpec, first: int):
+        self.spec = spec
+        self.rows = plan_epoch(spec, 0).rows
+        self.sizes = spec.row_group_rows
+        first_pass, offset = divmod(first, self.rows)
+        plan = plan_epoch(spec, first_pass)
+        first_window = int(np.searchsorted(plan.window_starts, offset, side="right")) - 1
+        self._windows = self._walk(first_pass, first_window)
+        self._reads = RowGroupReads(spec, (i for w in self._walk(first_pass, first_window) for i in w[2] if self.sizes[i]))
+        self._current: tuple[int, int, dict[str, np.ndarray], np.ndarray | None] | None = None  # (start, stop, columns, order)
+
+    def _walk(self, first_pass: int, first_window: int) -> Iterator[tuple[int, int, tuple[int, ...], int]]:
+        """(pass, window, row groups, the window's first source position), without end."""
+        number = first_pass
+        while True:
+            plan = plan_epoch(self.spec, number)
+            for window in range(first_window if number == first_pass else 0, len(plan.windows)):
+                yield number, window, plan.windows[window], number * self.rows + plan.window_starts[window]
+            number += 1
+
+    def _advance(self) -> None:
+        number, window, groups, start = next(self._windows)
+        columns = _concat([self._reads.next() for i in groups if self.sizes[i]])
+        rows = sum(self.sizes[i] for i in groups)
+        self._current = (start, start + rows, columns, window_order(self.spec, number, window, rows))
+
+    def take(self, positions: np.ndarray) -> dict[str, np.ndarray]:
+        parts, lo = [], 0
+        while lo < len(positions):
+            while self._current is None or positions[lo] >= self._current[1]:
+                self._advance()
+            start, stop, columns, order = self._current
+            if positions[lo] < start:
+                raise AssertionError(f"source position {positions[lo]} is behind the window at {start}")
+            hi = int(np.searchsorted(positions, stop, side="left"))
+            rows = positions[lo:hi] - start
+            rows = rows if order is None else order[rows]
+            parts.append({name: np.take(values, rows, axis=0) for name, values in columns.items()})
+            lo = hi
+        return _concat(parts)
+
+    def close(self) -> None:
+        self._reads.close()
+
+
+@dataclass(frozen=True)
+class MixturePlan:
+    """What one rank reads of the mixture: the sources' specs, the batch geometry and the mix history."""
+
+    specs: tuple[ReaderSpec, ...]  # one per source: shuffled passes over every row (world 1: the plan is global)
+    batch_size: int
+    rank: int
+    world_size: int
+    grad_accum_steps: int
+    epoch_rows: int  # global positions per mixture epoch, whole global batches
+    segments: tuple[MixSegment, ...]
+    pin_memory: bool = False
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.world_size * self.grad_accum_steps
+
+    @property
+    def source_rows(self) -> tuple[int, ...]:
+        return tuple(plan_epoch(spec, 0).rows for spec in self.specs)
+
+    def rank_positions(self, epoch: int, batch: int) -> np.ndarray:
+        """Global positions of this rank's micro-batch `batch` of `epoch`."""
+        first = epoch * self.epoch_rows + (batch * self.world_size + self.rank) * self.batch_size
+        return np.arange(first, first + self.batch_size, dtype=np.int64)
+
+
+def _mixture_stream(plan: MixturePlan, epoch: int, start_batch: int, num_epochs: int | None,
+                    num_batches: int) -> Iterator[tuple[int, Batch]]:
+    """(epoch, batch) for this rank from micro-batch start_batch of epoch on; each batch's rows in
+    position order, with the SOURCE_COLUMN saying whose each is."""
+    readers: list[_SourceRows | None] = [None] * len(plan.specs)  # each opened at its first position asked for
+    try:
+        number, batch = epoch, start_batch
+        while num_epochs is None or number < epoch + num_epochs:
+            sources, positions = locate(plan.segments, plan.rank_positions(number, batch))
+            columns: dict[str, np.ndarray] = {}
+            for s in np.unique(sources):
+                rows = np.flatnonzero(sources == s)
+                if readers[s] is None:
+                    readers[s] = _SourceRows(plan.specs[s], int(positions[rows[0]]))
+                taken = readers[s].take(positions[rows])
+                for name, values in taken.items():
+                    if name not in columns:
+                        columns[name] = np.empty((plan.batch_size, *values.shape[1:]), dtype=values.dtype)
+                    columns[name][rows] = values
+            columns[SOURCE_COLUMN] = sources.astype(np.int64)
+            yield number, _to_batch(columns, plan.pin_memory)
+            batch += 1
+            if batch == num_batches:
+                number, batch = number + 1, 0
+    finally:
+        for reader in readers:
+            if reader is not None:
+                reader.close()
+
+
+class MixtureLoader:
+    """StatefulLoader's contract (batches, num_batches, a position that resumes on any process count)
+    over a mixture; its state also holds the mix's segments, so a weight change is a new segment
+    from the position where it is made, never a silent restart."""
+
+    def __init__(self, plan: MixturePlan, num_prefetch: int = 4, num_epochs: int | None = None):
+        self.plan, self.num_prefetch, self.num_epochs = plan, num_prefetch, num_epochs
+        round_size = plan.batch_size * plan.world_size
+        self.num_batches = plan.epoch_rows // round_size
+        if self.num_batches == 0:
+            raise ValueError(f"the mixture has {plan.epoch_rows} samples per epoch, fewer than one global batch of "
+                             f"{plan.global_batch}; lower train.batch_size or train.grad_accum_steps")
+        self.rows, self.left_out = sum(plan.source_rows), sum(plan.source_rows) - plan.epoch_rows
+        self.epoch = self.batch = 0
+        self.changes: list[str] = []  # what load_state_dict did to the mix, in words, for the log
+        self._stream: BackgroundBatches | None = None
+        self._waited = 0.0
+
+    @property
+    def spec(self) -> MixturePlan:
+        return self.plan
+
+    @property
+    def global_batch(self) -> int:
+        return self.plan.global_batch
+
+    @property
+    def samples(self) -> int:
+        return self.batch * self.plan.batch_size * self.plan.world_size
+
+    @property
+    def position(self) -> int:
+        """Global positions consumed since the run's start."""
+        return self.epoch * self.plan.epoch_rows + self.samples
+
+    @property
+    def wait_seconds(self) -> float:
+        return self._waited + (self._stream.wait_seconds if self._stream else 0.0)
+
+    def taken(self) -> np.ndarray:
+        """Samples of each source consumed so far over all ranks."""
+        return taken_before(self.plan.segments, self.position)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "samples": self.samples, "global_batch": self.global_batch,
+                "world_size": self.plan.world_size, "segments": [s.to_dict() for s in self.plan.segments]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["global_batch"] != self.global_batch:
+            raise ValueError(
+                f"the loader position is for a global batch of {state['global_batch']} samples, and this run's is "
+                f"{self.global_batch}; keep batch_size x processes x grad_accum_steps the same to resume")
+        round_size = self.plan.batch_size * self.plan.world_size
+        if state["samples"] % round_size:
+            raise ValueError(f"position {state['samples']} is not a whole number of rounds of {round_size} samples")
+        self._close_stream()
+        self.epoch, self.batch = state["epoch"], state["samples"] // round_size
+        if self.batch >= self.num_batches:
+            self.epoch, self.batch = self.epoch + 1, 0
+        saved = tuple(MixSegment.from_dict(s) for s in state["segments"])
+        wanted = self.plan.segments[-1].weights
+        segments = saved
+        if saved[-1].weights != wanted:
+            position = self.position
+            kept = tuple(s for s in saved if s.start < position) or saved[:1]
+            segments = kept + (MixSegment(position, wanted, tuple(int(n) for n in taken_before(saved, position))),)
+            self.changes.append(f"weights {list(saved[-1].weights)} -> {list(wanted)} from position {position}")
+        self.plan = dataclasses.replace(self.plan, segments=segments)
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def start(self) -> None:
+        if self._stream is None and (self.num_epochs is None or self.epoch < self.num_epochs):
+            remaining = None if self.num_epochs is None else self.num_epochs - self.epoch
+            plan, epoch, batch, batches = self.plan, self.epoch, self.batch, self.num_batches
+            self._stream = BackgroundBatches(lambda: _mixture_stream(plan, epoch, batch, remaining, batches),
+                                             num_prefetch=self.num_prefetch)
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.num_epochs is not None and self.epoch >= self.num_epochs:
+            return
+        self.start()
+        while True:
+            epoch, batch = self._stream.next_item()
+            assert epoch == self.epoch, (epoch, self.epoch)
+            self.batch += 1
+            ended = self.batch == self.num_batches
+            if ended:
+                self.epoch, self.batch = self.epoch + 1, 0
+            yield batch
+            if ended:
+                return
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self._waited += self._stream.wait_seconds
+            self._stream.close()
+            self._stream = None
+
+    def close(self) -> None:
+        self._close_stream()
+
+
+def epoch_rows(rows: tuple[int, ...], weights: tuple[float, ...], global_batch: int, on_exhausted: str) -> int:
+    """Positions per mixture epoch: the sources' rows summed (`repeat`), or (`stop`) the longest prefix
+    in which no source starts a second pass; whole global batches either way."""
+    if on_exhausted == "repeat":
+        total = sum(rows)
+    else:
+        pattern = quota_pattern(integer_shares(weights))
+        total = min(pattern.first_reaching(s, n + 1) - 1 for s, n in enumerate(rows))
+    return total // global_batch * global_batch
+
+
+def build_plan(sources: list[Source], *, batch_size: int, columns: tuple[str, ...], seed: int, rank: int,
+               world_size: int, grad_accum_steps: int, num_workers: int, num_shuffle_row_groups: int,
+               pin_memory: bool, backend: str, verify_checksums: bool, on_exhausted: str) -> MixturePlan:
+    specs = tuple(
+        split_spec(s.dataset_dir, s.manifest, "train", batch_size=batch_size, columns=columns, shuffle=True,
+                   seed=source_seed(seed, s.name), drop_last=False, num_workers=num_workers,
+                   num_shuffle_row_groups=num_shuffle_row_groups, backend=backend, verify_checksums=verify_checksums)
+        for s in sources
+    )
+    weights = tuple(s.weight for s in sources)
+    rows = tuple(s.manifest.splits["train"].rows for s in sources)
+    global_batch = batch_size * world_size * grad_accum_steps
+    return MixturePlan(specs, batch_size, rank, world_size, grad_accum_steps,
+                       epoch_rows(rows, weights, global_batch, on_exhausted),
+                       (MixSegment(0, weights, (0,) * len(sources)),), pin_memory)
+
+
+def load_sources(entries: list[Any], resolve_path) -> list[Source]:
+    """train.datasets entries -> sources with their manifests (each dataset must be committed)."""
+    sources = [Source(entry.name, resolve_path(entry), contract.load_manifest(resolve_path(entry)), entry.weight)
+               for entry in entries]
+    check_compatible(sources)
+    return sources
+
+
+
+def sources_of(config) -> list[Source] | None:
+    """The config's mixture (train.datasets) as compatible, committed sources; None for one dataset."""
+    if config.train.datasets is None:
+        return None
+    return load_sources(config.train.datasets, config.source_dataset_dir)
+
+
+def lineage(sources: list[Source]) -> list[dict[str, Any]]:
+    """Each source's identity, for the model's lineage and the run identity."""
+    return [{"name": s.name, "weight": s.weight, "dataset_dir": s.dataset_dir,
+             "dataset_fingerprint": s.manifest.dataset_fingerprint,
+             "dataset_manifest_sha256": contract.file_sha256(storage.join(s.dataset_dir, contract.MANIFEST_FILE))}
+            for s in sources]
+
+
+def weighted_whole(per_source: dict[str, dict[str, float]], weights: dict[str, float]) -> dict[str, float]:
+    """The mixture's own validation figures: each source's mean metric weighted by its mix weight
+    (perplexity from the weighted loss), over the sources that have validation rows."""
+    present = {name: m for name, m in per_source.items() if m.get("examples")}
+    total = sum(weights[name] for name in present)
+    whole: dict[str, float] = {"examples": sum(int(m["examples"]) for m in present.values())}
+    for key in ("loss", "accuracy", "macro_f1"):
+        if present and all(key in m for m in present.values()):
+            whole[key] = sum(weights[name] * m[key] for name, m in present.items()) / total
+    if "loss" in whole and any("perplexity" in m for m in present.values()):
+        whole["perplexity"] = math.exp(whole["loss"])
+    return whole
+
+
+def tokenizer_dir(sources: list[Source]) -> str:
+    """The sources' shared tokenizer: beside the first source's dataset, as a run_dir lays them out."""
+    return storage.join(storage.parent(sources[0].dataset_dir), "tokenizer")
