@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline import console, contract, inputs, jvm_archive, launch, storage
+from pipeline import console, contract, inputs, jvm_archive, launch, sources, storage
 from pipeline.config import ShardlineConfig, save_config
 from pipeline.errors import ShardlineError
 
@@ -59,6 +59,11 @@ class StagePlan:
     run: bool
     reason: str  # why it runs, or why it is skipped
     command: list[str]
+    source: str | None = None  # preprocess of this mixture source (train.datasets), into run_dir/sources/<name>
+
+    @property
+    def label(self) -> str:
+        return f"{self.stage} {self.source}" if self.source else self.stage
 
 
 # --- commands -------------------------------------------------------------------------------------
@@ -66,9 +71,14 @@ class StagePlan:
 spark_submit_executable = launch.spark_submit_executable
 
 
-def spark_submit_command(config: ShardlineConfig, config_path: Path, force: bool = False) -> list[str]:
-    command = [*launch.spark_submit_args(config, preprocess_input_bytes(config)), str(PREPROCESS_SCRIPT),
+def spark_submit_command(config: ShardlineConfig, config_path: Path, force: bool = False,
+                         source: str | None = None) -> list[str]:
+    """The Spark job on config_path; with source, the job builds that mixture source."""
+    built = sources.source_config(config, source) if source else config
+    command = [*launch.spark_submit_args(config, preprocess_input_bytes(built)), str(PREPROCESS_SCRIPT),
                "--config", str(config_path)]
+    if source:
+        command += ["--source", source]
     if force:
         command.append("--force")
     return command
@@ -117,6 +127,9 @@ def stage_output(stage: str, config: ShardlineConfig) -> str:
 
 
 def output_exists(stage: str, config: ShardlineConfig) -> bool:
+    if stage == "preprocess" and config.train.datasets is not None:  # a mixture: every source's dataset
+        return all(storage.info(storage.join(config.source_dataset_dir(entry), contract.SUCCESS_FILE)) is not None
+                   for entry in config.train.datasets)
     return storage.info(stage_output(stage, config)) is not None
 
 
@@ -141,14 +154,21 @@ def stage_inputs(config: ShardlineConfig, stage: str) -> dict[str, Any]:
     if stage == "preprocess":
         files = inputs.resolve_input_files(config.data.input)
         return {"dataset_fingerprint": inputs.dataset_fingerprint(config, files)}
-    try:
-        fingerprint = contract.load_manifest(config.dataset_dir).dataset_fingerprint
-    except (contract.DatasetNotReadyError, FileNotFoundError):
-        fingerprint = None
+    if config.train.datasets is None:
+        fingerprint = _fingerprint_of(config.dataset_dir)
+    else:
+        fingerprint = {entry.name: _fingerprint_of(config.source_dataset_dir(entry)) for entry in config.train.datasets}
     found = {"dataset_fingerprint": fingerprint}
     if stage == "evaluate":
         found["train_run_id"] = (read_marker(config, "train") or {}).get("run_id")
     return found
+
+
+def _fingerprint_of(dataset_dir: str) -> str | None:
+    try:
+        return contract.load_manifest(dataset_dir).dataset_fingerprint
+    except (contract.DatasetNotReadyError, FileNotFoundError):
+        return None
 
 
 def write_marker(config: ShardlineConfig, stage: str, command: list[str]) -> None:
@@ -194,6 +214,11 @@ def plan_stages(
     plans: list[StagePlan] = []
     upstream_ran = None
     for stage in selected:
+        if stage == "preprocess" and config.train.datasets is not None:
+            source_plans = plan_sources(config, force)
+            plans += source_plans
+            upstream_ran = next((plan.label for plan in source_plans if plan.run), upstream_ran)
+            continue
         if force:
             reason, inputs_only = "--force was given", False
         elif upstream_ran:
@@ -209,6 +234,28 @@ def plan_stages(
         plans.append(StagePlan(stage, reason is not None, reason or "", stage_command(stage, config, force_preprocess)))
         if reason is not None:
             upstream_ran = stage
+    return plans
+
+
+def plan_sources(config: ShardlineConfig, force: bool) -> list[StagePlan]:
+    """A mixture's preprocess: one Spark job per source with an input, each skipped by its own marker
+    (run_dir/sources/<name>/stages/); when the first trains the tokenizer and runs, the others rerun."""
+    plans: list[StagePlan] = []
+    config_path = Path(resolved_config_path(config))
+    for number, entry in enumerate(sources.built_sources(config)):
+        built = sources.source_config(config, entry.name)
+        if force:
+            reason, inputs_only = "--force was given", False
+        elif number and plans[0].run and sources.trains_tokenizer(config):
+            reason, inputs_only = f"it reads the new tokenizer of {plans[0].source}", True
+        else:
+            reason, inputs_only = skip_reason(built, "preprocess")
+        if reason is not None:
+            inputs.resolve_input_files(built.data.input)  # a missing input fails here, before a JVM starts
+            if not force and not inputs_only:
+                refuse_replacing_dataset(built)
+        command = spark_submit_command(config, config_path, force or inputs_only, entry.name)
+        plans.append(StagePlan("preprocess", reason is not None, reason or "", command, entry.name))
     return plans
 
 
@@ -278,23 +325,24 @@ def run_stages(
             save_config(config, config.run_path(RESOLVED_CONFIG))
     for plan in plans:
         if not plan.run:
-            print(f"{plan.stage}: skipped, already done with this config and inputs (add --force to redo it)",
+            print(f"{plan.label}: skipped, already done with this config and inputs (add --force to redo it)",
                   flush=True)
             continue
         note = launch.launch_note(config) if plan.stage == "train" else None
         if dry_run:
-            print(f"{plan.stage}: would run ({plan.reason}):\n  {shlex.join(plan.command)}", flush=True)
+            print(f"{plan.label}: would run ({plan.reason}):\n  {shlex.join(plan.command)}", flush=True)
             if note:
                 print(note, flush=True)
             continue
         if note:
             print(note, flush=True)
-        log_path = Path(config.local_dir) / "logs" / f"{plan.stage}.log"
-        print(f"{plan.stage}: running ({plan.reason}); full log: {log_path}", flush=True)
-        storage.delete(marker_path(config, plan.stage))  # a half-done rerun is not "done"
+        log_path = Path(config.local_dir) / "logs" / f"{plan.label.replace(' ', '-')}.log"
+        print(f"{plan.label}: running ({plan.reason}); full log: {log_path}", flush=True)
+        stage_config = sources.source_config(config, plan.source) if plan.source else config  # whose marker
+        storage.delete(marker_path(stage_config, plan.stage))  # a half-done rerun is not "done"
         try:
-            run_logged(plan.stage, plan.command, log_path, verbosity)
+            run_logged(plan.label, plan.command, log_path, verbosity)
         finally:
             publish_log(config, log_path)
-        write_marker(config, plan.stage, plan.command)
+        write_marker(stage_config, plan.stage, plan.command)
     return plans

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     # Run as a script (spark-submit): import the project from its root, not from spark_jobs/,
@@ -24,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipeline import contract, inputs, jvm_archive, storage
+from pipeline import contract, inputs, jvm_archive, sources, storage
 from pipeline.config import ConfigError, ShardlineConfig, load_config, save_config
 from pipeline.errors import ShardlineError
 from pipeline.tokenizer import backend_json, load_tokenizer, train_tokenizer
@@ -313,6 +314,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--config", required=True, help="YAML config file")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--force", action="store_true", help="rebuild even if the dataset exists")
+    parser.add_argument("--source", metavar="NAME",
+                        help="build this source of the mixture (train.datasets) into run_dir/sources/NAME/dataset")
     return parser.parse_args(argv)
 
 
@@ -321,26 +324,46 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, args.overrides)
         storage.check_reachable(config.run_dir)
-        files = read.resolve_input_files(config.data.input)
-        if check_existing(config, files, args.force):
-            print(f"preprocess: {config.dataset_dir} is already built from this config; skipping")
-            return 0
-        save_config(config, config.run_path("config.resolved.yaml"))
-        spark = create_spark_session(config, sum(entry.size for entry in files))
-        try:
-            with SparkProgress(spark.sparkContext):
-                manifest = build_dataset(spark, config, files)
-        finally:
-            spark.stop()
+        built = build_all(datasets_to_build(config, args.source), args.force, sources.trains_tokenizer(config))
     except ShardlineError as error:  # config, input, store, dataset conflicts: one line, exit 2
         print(f"preprocess: error: {error}", file=sys.stderr)
         return 2
-    counts = ", ".join(f"{name} {stats.rows}" for name, stats in manifest.splits.items())
-    print(
-        f"preprocess: wrote {config.dataset_dir} ({counts}; rejected {manifest.rejected_records} "
-        f"of {manifest.input_records})"
-    )
+    for dataset_dir, manifest in built:
+        counts = ", ".join(f"{name} {stats.rows}" for name, stats in manifest.splits.items())
+        print(f"preprocess: wrote {dataset_dir} ({counts}; rejected {manifest.rejected_records} of {manifest.input_records})")
     return 0
+
+
+def datasets_to_build(config: ShardlineConfig, source: str | None) -> list[ShardlineConfig]:
+    """The run's dataset; for a mixture (train.datasets), the source named, or every source with an
+    input in config order (the first trains the tokenizer the others read)."""
+    if source is not None:
+        return [sources.source_config(config, source)]
+    if config.train.datasets is not None:
+        return [sources.source_config(config, entry.name) for entry in sources.built_sources(config)]
+    return [config]
+
+
+def build_all(targets: list[ShardlineConfig], force: bool, first_trains_tokenizer: bool) -> list[tuple[str, Any]]:
+    """Build each target not already built from its config, in one Spark application; when the first
+    of a mixture's sources is rebuilt with a trained tokenizer, the later ones are rebuilt too."""
+    built, spark = [], None
+    try:
+        for number, target in enumerate(targets):
+            files = read.resolve_input_files(target.data.input)
+            rebuild = force or (number > 0 and first_trains_tokenizer and bool(built) and built[0][0] == targets[0].dataset_dir)
+            if check_existing(target, files, rebuild):
+                print(f"preprocess: {target.dataset_dir} is already built from this config; skipping")
+                continue
+            save_config(target, target.run_path("config.resolved.yaml"))
+            if spark is None:
+                spark = create_spark_session(target, sum(entry.size for entry in files))
+            with SparkProgress(spark.sparkContext):
+                built.append((target.dataset_dir, build_dataset(spark, target, files)))
+    finally:
+        if spark is not None:
+            spark.stop()
+    return built
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ scheduler parses it in milliseconds and the Airflow environment needs none of th
 - preprocess: `SparkSubmitOperator` on the connection `spark_default` (the master and deploy mode
   come from it, e.g. AIRFLOW_CONN_SPARK_DEFAULT='spark://local?deploy-mode=client'); it submits
   spark_jobs/preprocess.py with `--config CONFIG --set run_dir=RUN_ROOT/<run>` and ships
-  `py_files` (the zip `shardline package` builds) to the executors.
+  `py_files` (the zip `shardline package` builds) to the executors. For a mixture config
+  (train.datasets with inputs), that one Spark application builds every source in turn, the first
+  training the tokenizer the others read.
 - train, evaluate: run `shardline train` / `shardline evaluate` as argument lists (no shell) with the
   same config and run_dir. `shardline` is a param: the command of an environment with the training
   stack (e.g. `/opt/shardline/.venv/bin/shardline`); see the README for a KubernetesPodOperator

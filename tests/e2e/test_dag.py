@@ -193,3 +193,31 @@ def test_a_run_without_logical_date_uses_its_run_id_for_every_task(airflow_env, 
     train_log = (run_dir / "logs" / "train.log").read_text()
     assert "-m spark_jobs.train_on_spark --config" in train_log.splitlines()[0]
     assert "TorchDistributor finished" in train_log
+
+
+def test_a_mixture_config_builds_every_source_in_the_preprocess_task_and_trains_on_the_mix(airflow_env, tmp_path):
+    """train.datasets with three inputs: the Spark task builds each source (the first trains the
+    tokenizer the others read), train and evaluate report each source."""
+    records = stdlib_docstrings()[::8]
+    recipe = yaml.safe_load((REPO_ROOT / "configs" / "demo.yaml").read_text())
+    recipe["run_dir"] = str(tmp_path / "unused")
+    del recipe["data"]["input"]
+    recipe["tokenizer"]["train"]["vocab_size"] = 500
+    weights = {"web": 0.5, "code": 0.3, "books": 0.2}
+    recipe["train"].update(epochs=1, datasets=[
+        {"name": name, "input": str(write_jsonl(records[number::3], tmp_path / f"{name}.jsonl")), "weight": weight}
+        for number, (name, weight) in enumerate(weights.items())])
+    config = tmp_path / "mixture.yaml"
+    config.write_text(yaml.safe_dump(recipe))
+    conf = json.dumps({"config": str(config), "run_root": str(tmp_path / "runs"),
+                       "shardline": f"{sys.executable} -m pipeline.cli"})
+    result = airflow(airflow_env, "dags", "test", "shardline", "2026-01-03", "-c", conf, timeout=600)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+    run_dir = tmp_path / "runs" / "2026-01-03"
+    for name in weights:
+        assert f"preprocess: wrote {run_dir / 'sources' / name / 'dataset'}" in output
+    assert not (run_dir / "dataset").exists()
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    assert evaluation["weights"] == weights and set(evaluation["sources"]) == set(weights)
+    assert all(evaluation["sources"][name]["examples"] > 0 for name in weights)

@@ -164,3 +164,22 @@ def test_sources_that_differ_cannot_be_mixed(tmp_path):
     sources = _sources(tmp_path, max_length1=12)
     with pytest.raises(mixture.MixtureError, match=r"s0 .* and s1 .* cannot be mixed: max_length 8 vs 12"):
         mixture.check_compatible(sources)
+
+
+def test_the_mixture_config_says_what_is_wrong_in_one_line():
+    from pipeline.config import ConfigError, build_config
+
+    def config(**train):
+        return build_config({"run_dir": "r", "data": {"label_column": "label"}, "tokenizer": {"path": "t"},
+                             "train": train})
+
+    web = {"name": "web", "path": "/d/web", "weight": 1}
+    assert config(datasets=[web]).train.datasets[0].weight == 1
+    with pytest.raises(ConfigError, match="set exactly one of path .* or input"):
+        config(datasets=[{**web, "input": "/c/web.jsonl"}])
+    with pytest.raises(ConfigError, match="distinct names"):
+        config(datasets=[web, web])
+    with pytest.raises(ConfigError, match="stop ends the run before any source starts a second pass"):
+        config(datasets=[web], on_exhausted="stop", epochs=2)
+    with pytest.raises(ConfigError, match="data.input.*is required"):
+        config()
