@@ -16,7 +16,11 @@ stall of a real-text mlp run (2 epochs, batch 64) on GCIDE documents built by th
    Spearman correlation of the epoch's read order with file order (0: no trace of file order), for
    the loader and for Petastorm `make_batch_reader(shuffle_row_groups=True)` + `BatchedDataLoader`'s
    shuffling queue holding as many rows as the loader's shuffle window.
-4. Stall: GCIDE's first `--documents` entries through the Spark job (cached under --workdir), then
+4. Mixture: the same rows as three sources (a half, a third and a sixth of them, weights 0.5/0.3/0.2)
+   through `MixtureLoader` (pyarrow backend, shuffled), rows/s as a ratio to the single-source loader
+   on the whole split (target >= 0.95); resume to first batch at 10/50/90 % of the mixture epoch (flat);
+   the realised share of each source over one epoch against its weight (target within 0.1 %).
+5. Stall: GCIDE's first `--documents` entries through the Spark job (cached under --workdir), then
    the real Trainer (mlp, batch 64, 2 epochs, CPU): the share of the loop spent waiting on the reader
    (target <= 2 %).
 """
@@ -40,6 +44,7 @@ from bench_reader import raw_pyarrow_rows  # noqa: E402
 from parquet_datasets import write_classification_dataset  # noqa: E402
 from pipeline import contract  # noqa: E402
 from training.backends import open_source  # noqa: E402
+from training import mixture  # noqa: E402
 from training.data import TASK_COLUMNS, StatefulLoader, split_spec  # noqa: E402
 
 COLUMNS = TASK_COLUMNS["classification"]
@@ -176,6 +181,59 @@ def shuffle_quality(root: str, manifest, batch_size: int, window: int) -> None:
     print(f"shuffle quality, Petastorm (queue of {capacity} rows): {_quality(theirs, numbers, bounds)}")
 
 
+def _mixture_loader(sources, batch_size: int, workers: int) -> mixture.MixtureLoader:
+    plan = mixture.build_plan(sources, batch_size=batch_size, columns=COLUMNS,
+                              seed=0, rank=0, world_size=1, grad_accum_steps=1, num_workers=workers,
+                              num_shuffle_row_groups=4, pin_memory=False, backend="pyarrow", verify_checksums=False,
+                              on_exhausted="repeat")
+    return mixture.MixtureLoader(plan)
+
+
+def mixture_case(tmp: str, rows: int, batch_size: int, workers: int, repeats: int) -> None:
+    """Three sources holding the single split's rows between them, mixed 0.5/0.3/0.2."""
+    sources = []
+    for name, weight in (("half", 0.5), ("third", 0.3), ("sixth", 0.2)):
+        count = int(rows * {"half": 1 / 2, "third": 1 / 3, "sixth": 1 / 6}[name]) // 16 * 16
+        root = os.path.join(tmp, name)
+        manifest = write_classification_dataset(root, [[count // 8] * 4 for _ in range(2)], max_length=128, vocab_size=8000)
+        sources.append(mixture.Source(name, root, manifest, weight))
+    single_root = os.path.join(tmp, "dataset")
+    single = split_spec(single_root, contract.load_manifest(single_root), "train", batch_size=batch_size,
+                        columns=COLUMNS, shuffle=True, drop_last=True, num_workers=workers, backend="pyarrow",
+                        verify_checksums=False)
+
+    def mixed_epoch(epochs: int = 2):
+        with contextlib.closing(_mixture_loader(sources, batch_size, workers)) as loader:
+            for _ in loader:
+                pass
+            started = time.perf_counter()
+            count = sum(batch[contract.LABEL].shape[0] for _ in range(epochs) for batch in loader)
+            return count, time.perf_counter() - started
+
+    one = _best_rate(lambda: running_loader_rows(single), repeats)
+    mixed = _best_rate(mixed_epoch, repeats)
+    print(f"mixture: 3 sources (0.5/0.3/0.2) running {mixed:,.0f} rows/s vs one dataset {one:,.0f} rows/s = "
+          f"{mixed / one:.2f}x (target >= 0.95)")
+    figures = []
+    for fraction in (0.1, 0.5, 0.9):
+        loader = _mixture_loader(sources, batch_size, workers)
+        try:
+            state = {**loader.state_dict(), "samples": int(loader.num_batches * fraction) * batch_size}
+            started = time.perf_counter()
+            loader.load_state_dict(state)
+            next(iter(loader))
+            figures.append(f"{int(100 * fraction)} % {time.perf_counter() - started:.3f} s")
+        finally:
+            loader.close()
+    print("mixture: resume to first batch: " + ", ".join(figures))
+    with contextlib.closing(_mixture_loader(sources, batch_size, workers)) as loader:
+        seen = np.bincount(np.concatenate([b[mixture.SOURCE_COLUMN].numpy() for b in loader]), minlength=3)
+    shares = seen / seen.sum()
+    print("mixture: realised share over one epoch of " + f"{seen.sum():,} samples: " + ", ".join(
+        f"{s.name} {share:.5f} (weight {s.weight}, {100 * abs(share - s.weight) / s.weight:.3f} % off)"
+        for s, share in zip(sources, shares)))
+
+
 def gcide_dataset(workdir: Path, documents: int):
     """GCIDE's first `documents` entries through the Spark job (build_dataset), cached in workdir."""
     import corpora
@@ -242,6 +300,7 @@ def main() -> None:
     parser.add_argument("--workdir", default="runs/bench")
     parser.add_argument("--repeats", type=int, default=3, help="throughput runs per figure (the best is printed)")
     parser.add_argument("--skip-stall", action="store_true")
+    parser.add_argument("--mixture-only", action="store_true", help="only case 4 (the mixture against one dataset)")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     print(f"machine: {os.cpu_count()} cores, {load()}")
@@ -251,10 +310,12 @@ def main() -> None:
         manifest = write_classification_dataset(root, [[args.rows // 16] * groups for _ in range(files)],
                                                 max_length=128, vocab_size=8000)
         print(f"synthetic split: {manifest.splits['train'].rows} rows x 128 tokens, {files} files x {groups} row groups")
-        throughput(root, manifest, args.batch_size, args.workers, args.repeats)
-        resume_times(root, manifest, args.batch_size, args.workers)
-        shuffle_quality(root, manifest, 64, window=4)
-    if not args.skip_stall:
+        if not args.mixture_only:
+            throughput(root, manifest, args.batch_size, args.workers, args.repeats)
+            resume_times(root, manifest, args.batch_size, args.workers)
+            shuffle_quality(root, manifest, 64, window=4)
+        mixture_case(tmp, args.rows, args.batch_size, args.workers, args.repeats)
+    if not args.skip_stall and not args.mixture_only:
         stall(Path(args.workdir).resolve(), args.documents, args.workers)
     print(f"machine at the end: {load()}")
 
