@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import math
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -271,37 +272,63 @@ class MixturePlan:
     def source_rows(self) -> tuple[int, ...]:
         return tuple(plan_epoch(spec, 0).rows for spec in self.specs)
 
-    def rank_positions(self, epoch: int, batch: int) -> np.ndarray:
-        """Global positions of this rank's micro-batch `batch` of `epoch`."""
-        first = epoch * self.epoch_rows + (batch * self.world_size + self.rank) * self.batch_size
-        return np.arange(first, first + self.batch_size, dtype=np.int64)
+    def rank_positions(self, epoch: int, batch: int, count: int = 1) -> np.ndarray:
+        """Global positions of this rank's micro-batches [batch, batch + count) of `epoch`, in order."""
+        rounds = epoch * self.epoch_rows + (np.arange(batch, batch + count) * self.world_size + self.rank) * self.batch_size
+        return (rounds[:, None] + np.arange(self.batch_size)[None, :]).ravel()
+
+
+CHUNK_ROWS = 8192  # rows assembled at a time: a few large gathers per source instead of a few per batch
 
 
 def _mixture_stream(plan: MixturePlan, epoch: int, start_batch: int, num_epochs: int | None,
                     num_batches: int) -> Iterator[tuple[int, Batch]]:
     """(epoch, batch) for this rank from micro-batch start_batch of epoch on; each batch's rows in
-    position order, with the SOURCE_COLUMN saying whose each is."""
+    position order, with the SOURCE_COLUMN saying whose each is. Batches are assembled a chunk of
+    them at a time (within an epoch), the next chunk on an assembler thread while this one's
+    batches are handed out as views of it."""
     readers: list[_SourceRows | None] = [None] * len(plan.specs)  # each opened at its first position asked for
-    try:
+    per_chunk = max(1, CHUNK_ROWS // plan.batch_size)
+
+    def chunks() -> Iterator[tuple[int, int, int]]:  # (epoch, first batch, batches)
         number, batch = epoch, start_batch
         while num_epochs is None or number < epoch + num_epochs:
-            sources, positions = locate(plan.segments, plan.rank_positions(number, batch))
-            columns: dict[str, np.ndarray] = {}
-            for s in np.unique(sources):
-                rows = np.flatnonzero(sources == s)
-                if readers[s] is None:
-                    readers[s] = _SourceRows(plan.specs[s], int(positions[rows[0]]))
-                taken = readers[s].take(positions[rows])
-                for name, values in taken.items():
-                    if name not in columns:
-                        columns[name] = np.empty((plan.batch_size, *values.shape[1:]), dtype=values.dtype)
-                    columns[name][rows] = values
-            columns[SOURCE_COLUMN] = sources.astype(np.int64)
-            yield number, _to_batch(columns, plan.pin_memory)
-            batch += 1
+            count = min(per_chunk, num_batches - batch)
+            yield number, batch, count
+            batch += count
             if batch == num_batches:
                 number, batch = number + 1, 0
+
+    def assemble(number: int, batch: int, count: int) -> dict[str, np.ndarray]:  # on the assembler thread, in order
+        sources, positions = locate(plan.segments, plan.rank_positions(number, batch, count))
+        columns: dict[str, np.ndarray] = {}
+        for s in np.unique(sources):
+            rows = np.flatnonzero(sources == s)
+            if readers[s] is None:
+                readers[s] = _SourceRows(plan.specs[s], int(positions[rows[0]]))
+            for name, values in readers[s].take(positions[rows]).items():
+                if name not in columns:
+                    columns[name] = np.empty((len(positions), *values.shape[1:]), dtype=values.dtype)
+                columns[name][rows] = values
+        columns[SOURCE_COLUMN] = sources.astype(np.int64)
+        return columns
+
+    assembler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shardline-mixture")
+    todo = chunks()
+    try:
+        current = next(todo, None)
+        pending = assembler.submit(assemble, *current) if current else None
+        while current is not None:
+            columns = pending.result()
+            following = next(todo, None)
+            pending = assembler.submit(assemble, *following) if following else None
+            number, _, count = current
+            for k in range(count):
+                part = slice(k * plan.batch_size, (k + 1) * plan.batch_size)
+                yield number, _to_batch({name: values[part] for name, values in columns.items()}, plan.pin_memory)
+            current = following
     finally:
+        assembler.shutdown(wait=True, cancel_futures=True)
         for reader in readers:
             if reader is not None:
                 reader.close()
