@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--max-new-tokens", type=int, default=20, metavar="N",
                          help="gpt2: tokens to generate per text (default: %(default)s)")
     predict.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    waves = commands.add_parser(
+        "sources", help="print the Spark jobs a run needs as JSON: the first wave, then the rest (parallel)",
+        description="The preprocess jobs of this config, for a scheduler (the Airflow DAG): {\"first\": [...], "
+                    "\"rest\": [...]}, each a mixture source's name (spark_jobs/preprocess.py --source NAME) or "
+                    "null (the run's own dataset); the rest may run in parallel once the first are done.")
+    _add_config_args(waves)
     package = commands.add_parser("package", help="zip pipeline/, spark_jobs/, training/ for spark-submit --py-files")
     package.add_argument("--output", default="dist/shardline.zip", help="zip to write (default: %(default)s)")
     inspect = commands.add_parser(
@@ -306,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
         return _guarded("inspect", lambda: inspect_dataset(args.dataset_dir, args.split, args.rows, args.manifest))
     if args.command == "predict":
         return _guarded("predict", lambda: run_predict(args))
+    if args.command == "sources":
+        from pipeline.sources import preprocess_waves
+
+        return _guarded("sources", lambda: print(json.dumps(preprocess_waves(_load(args)))))
     if args.command == "package":
         from pipeline.packaging import build_package
 

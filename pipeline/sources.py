@@ -42,3 +42,14 @@ def source_config(config: ShardlineConfig, name: str) -> ShardlineConfig:
     if trains_tokenizer(config) and entry.name != built[0].name:
         tree["tokenizer"] = {"path": config.run_path("sources", built[0].name, "tokenizer")}
     return ShardlineConfig.model_validate(tree)
+
+
+def preprocess_waves(config: ShardlineConfig) -> dict[str, list[str | None]]:
+    """The Spark jobs a run needs, in two waves for a scheduler: `first` (the run's own dataset, None;
+    or the mixture source that trains the tokenizer), then `rest`, which may run in parallel."""
+    if config.train.datasets is None:
+        return {"first": [None], "rest": []}
+    names = [entry.name for entry in built_sources(config)]
+    if trains_tokenizer(config):
+        return {"first": names[:1], "rest": names[1:]}
+    return {"first": [], "rest": names}

@@ -3,12 +3,15 @@
 This file only wires tasks: it imports no torch, no pyspark and nothing of shardline, so the
 scheduler parses it in milliseconds and the Airflow environment needs none of the training stack.
 
-- preprocess: `SparkSubmitOperator` on the connection `spark_default` (the master and deploy mode
-  come from it, e.g. AIRFLOW_CONN_SPARK_DEFAULT='spark://local?deploy-mode=client'); it submits
-  spark_jobs/preprocess.py with `--config CONFIG --set run_dir=RUN_ROOT/<run>` and ships
-  `py_files` (the zip `shardline package` builds) to the executors. For a mixture config
-  (train.datasets with inputs), that one Spark application builds every source in turn, the first
-  training the tokenizer the others read.
+- first_wave, later_wave: ask `shardline sources` which Spark jobs the config needs, in two waves:
+  the run's dataset (or, for a mixture in train.datasets, the source that trains the tokenizer),
+  then the mixture's other sources.
+- preprocess, preprocess_sources: `SparkSubmitOperator`s mapped over those waves (one task per job;
+  the second wave's tasks run in parallel) on the connection `spark_default` (the master and deploy
+  mode come from it, e.g. AIRFLOW_CONN_SPARK_DEFAULT='spark://local?deploy-mode=client'); each
+  submits spark_jobs/preprocess.py with `--config CONFIG --set run_dir=RUN_ROOT/<run>` (and
+  `--source NAME` for a mixture source) and ships `py_files` (the zip `shardline package` builds) to
+  the executors. An empty wave is skipped, and what follows runs when nothing before it failed.
 - train, evaluate: run `shardline train` / `shardline evaluate` as argument lists (no shell) with the
   same config and run_dir. `shardline` is a param: the command of an environment with the training
   stack (e.g. `/opt/shardline/.venv/bin/shardline`); see the README for a KubernetesPodOperator
@@ -29,6 +32,7 @@ what is missing, and a rerun of the same logical date redoes nothing.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -104,15 +108,26 @@ with DAG(
     doc_md=__doc__,
     tags=["shardline"],
 ) as dag:
-    preprocess = SparkSubmitOperator(
-        task_id="preprocess",
-        conn_id="spark_default",
-        application="{{ params.application }}",
-        application_args=["--config", "{{ params.config }}", "--set", f"run_dir={RUN_DIR}"],
-        py_files="{{ params.py_files }}",  # empty renders to no --py-files at all
-        name="shardline-preprocess-{{ run_dir_name(dag_run) }}",
-        execution_timeout=timedelta(hours=6),
-    )
+    @task(execution_timeout=timedelta(minutes=10))
+    def wave(which: str, params=None, dag_run=None) -> list[list[str]]:
+        """The spark-submit arguments of one wave of preprocess jobs (see `shardline sources`)."""
+        run_dir = f"{params['run_root']}/{run_dir_name(dag_run)}"
+        base = ["--config", params["config"], "--set", f"run_dir={run_dir}"]
+        command = [*shlex.split(params["shardline"]), "sources", *base]
+        print("$ " + shlex.join(command), flush=True)
+        waves = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+        return [base + (["--source", name] if name else []) for name in waves[which]]
+
+    def preprocess_jobs(task_id: str, **options) -> SparkSubmitOperator:
+        return SparkSubmitOperator.partial(
+            task_id=task_id,
+            conn_id="spark_default",
+            application="{{ params.application }}",
+            py_files="{{ params.py_files }}",  # empty renders to no --py-files at all
+            name="shardline-preprocess-{{ run_dir_name(dag_run) }}",
+            execution_timeout=timedelta(hours=6),
+            **options,
+        )
 
     @task(execution_timeout=timedelta(hours=24))
     def shardline_stage(stage: str, params=None, dag_run=None) -> str:
@@ -124,6 +139,10 @@ with DAG(
         subprocess.run(command, check=True)
         return run_dir
 
-    train = shardline_stage.override(task_id="train")("train")
+    preprocess = preprocess_jobs("preprocess").expand(application_args=wave.override(task_id="first_wave")("first"))
+    # none_failed: an empty wave (no mixture, or no source training the tokenizer) is skipped, not failed.
+    preprocess_sources = preprocess_jobs("preprocess_sources", trigger_rule="none_failed").expand(
+        application_args=wave.override(task_id="later_wave")("rest"))
+    train = shardline_stage.override(task_id="train", trigger_rule="none_failed")("train")
     evaluate = shardline_stage.override(task_id="evaluate", execution_timeout=timedelta(hours=2))("evaluate")
-    preprocess >> train >> evaluate
+    preprocess >> preprocess_sources >> train >> evaluate

@@ -43,8 +43,10 @@ print(json.dumps({
     "upstream": {task.task_id: sorted(task.upstream_task_ids) for task in dag.tasks},
     "operators": {task.task_id: type(task).__name__ for task in dag.tasks},
     "retries": {task.task_id: task.retries for task in dag.tasks},
-    "preprocess": {name: getattr(dag.get_task("preprocess"), name) for name in ("application", "application_args", "py_files")},
-    "conn_id": dag.get_task("preprocess")._conn_id,
+    "preprocess": {task_id: {name: dag.get_task(task_id).partial_kwargs[name] for name in ("application", "py_files", "conn_id")}
+                   for task_id in ("preprocess", "preprocess_sources")},
+    "mapped_over": {task_id: [arg.operator.task_id for arg in dag.get_task(task_id).expand_input.value.values()]
+                    for task_id in ("preprocess", "preprocess_sources")},
     "heavy_modules": sorted(name for name in ("torch", "pyspark", "pipeline.config", "training") if name in sys.modules),
     "defaults_valid": rejected() is None,
     "relative_config": rejected(config="configs/demo.yaml"),
@@ -91,17 +93,17 @@ def test_dagbag_imports_the_dag_with_its_graph_retries_and_validated_params(airf
     found = json.loads(result.stdout.strip().splitlines()[-1])
     assert found["import_errors"] == {}
     assert found["dag_ids"] == ["shardline"]
-    assert found["upstream"] == {"preprocess": [], "train": ["preprocess"], "evaluate": ["train"]}
-    assert found["operators"] == {"preprocess": "SparkSubmitOperator", "train": "_PythonDecoratedOperator",
-                                  "evaluate": "_PythonDecoratedOperator"}
-    assert found["retries"] == {"preprocess": 2, "train": 2, "evaluate": 2}
-    assert found["preprocess"] == {
-        "application": "{{ params.application }}",
-        "application_args": ["--config", "{{ params.config }}", "--set",
-                             "run_dir={{ params.run_root }}/{{ run_dir_name(dag_run) }}"],
-        "py_files": "{{ params.py_files }}",
-    }
-    assert found["conn_id"] == "spark_default"
+    assert found["upstream"] == {"first_wave": [], "preprocess": ["first_wave"], "later_wave": [],
+                                 "preprocess_sources": ["later_wave", "preprocess"], "train": ["preprocess_sources"],
+                                 "evaluate": ["train"]}
+    python_task = "_PythonDecoratedOperator"
+    assert found["operators"] == {"first_wave": python_task, "preprocess": "MappedOperator", "later_wave": python_task,
+                                  "preprocess_sources": "MappedOperator", "train": python_task, "evaluate": python_task}
+    assert set(found["retries"].values()) == {2}
+    # One spark-submit per job of each wave (`shardline sources`), mapped at run time.
+    assert found["preprocess"] == {task_id: {"application": "{{ params.application }}", "py_files": "{{ params.py_files }}",
+                                             "conn_id": "spark_default"} for task_id in ("preprocess", "preprocess_sources")}
+    assert found["mapped_over"] == {"preprocess": ["first_wave"], "preprocess_sources": ["later_wave"]}
     assert found["heavy_modules"] == []  # the DAG file wires tasks; it imports no torch, pyspark or shardline
     assert found["defaults_valid"]
     assert found["relative_config"].startswith("Invalid input for param config: 'configs/demo.yaml' does not match")
@@ -195,9 +197,9 @@ def test_a_run_without_logical_date_uses_its_run_id_for_every_task(airflow_env, 
     assert "TorchDistributor finished" in train_log
 
 
-def test_a_mixture_config_builds_every_source_in_the_preprocess_task_and_trains_on_the_mix(airflow_env, tmp_path):
-    """train.datasets with three inputs: the Spark task builds each source (the first trains the
-    tokenizer the others read), train and evaluate report each source."""
+def test_a_mixture_config_runs_a_spark_task_per_source_and_trains_on_the_mix(airflow_env, tmp_path):
+    """train.datasets with three inputs: one mapped Spark task builds the first source (it trains the
+    tokenizer), then one task for each of the other two; train and evaluate report each source."""
     records = stdlib_docstrings()[::8]
     recipe = yaml.safe_load((REPO_ROOT / "configs" / "demo.yaml").read_text())
     recipe["run_dir"] = str(tmp_path / "unused")
@@ -217,6 +219,7 @@ def test_a_mixture_config_builds_every_source_in_the_preprocess_task_and_trains_
     run_dir = tmp_path / "runs" / "2026-01-03"
     for name in weights:
         assert f"preprocess: wrote {run_dir / 'sources' / name / 'dataset'}" in output
+    assert output.count("--source web") >= 1 and "--source code" in output and "--source books" in output
     assert not (run_dir / "dataset").exists()
     evaluation = json.loads((run_dir / "eval.json").read_text())
     assert evaluation["weights"] == weights and set(evaluation["sources"]) == set(weights)
