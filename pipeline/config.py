@@ -438,8 +438,8 @@ class ShardlineConfig(_Strict):
 
     run_dir: str
     """The run's directory, a local path or a URI (s3://bucket/runs/x, gs://…, hdfs://…): dataset/, tokenizer/, model/, logs/, stages/, checkpoints/, metrics and eval.json all go under it."""
-    data: DataConfig
-    """The input corpus (see data.*)."""
+    data: DataConfig = Field(default_factory=DataConfig)
+    """The input corpus (see data.*); a mixture of built datasets (train.datasets with paths) needs none."""
     tokenizer: TokenizerConfig
     """The tokenizer: tokenizer.path or tokenizer.train."""
     preprocess: PreprocessConfig = Field(default_factory=PreprocessConfig)

@@ -84,8 +84,11 @@ def test_a_trained_bpe_tokenizer_with_default_tokens_builds(docstring_records):
 
 
 def test_required_keys_have_no_default():
-    with pytest.raises(ConfigError, match="config key data: required key is missing"):
-        build_config({"run_dir": "x", "tokenizer": {"train": {}}})
+    with pytest.raises(ConfigError, match="config key tokenizer: required key is missing"):
+        build_config({"run_dir": "x", "data": {"input": "corpus.jsonl"}})
+    # Without a data section there is no corpus: required unless train.datasets names the sources.
+    with pytest.raises(ConfigError, match="config key data.input: is required: the corpus to preprocess"):
+        build_config({"run_dir": "x", "tokenizer": {"train": {}}, "preprocess": {"task": "causal_lm"}})
 
 
 def test_override_without_equals_is_rejected():

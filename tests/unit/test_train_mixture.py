@@ -1,6 +1,7 @@
 """train() and run_evaluation() in process on a three-source mixture of contract-layout datasets:
 per-source reporting and validation, the sample log's sources, a weight change on resume."""
 import json
+import math
 
 import pytest
 
@@ -95,3 +96,23 @@ def test_sources_built_differently_are_refused_naming_both(tmp_path):
     datasets = _sources(tmp_path, max_length=12)
     with pytest.raises(MixtureError, match=r"web \(.*\) and books \(.*\) cannot be mixed: max_length 8 vs 12"):
         train(_config(tmp_path / "run", datasets))
+
+
+def test_a_causal_lm_mixture_reports_each_sources_perplexity(tmp_path):
+    from parquet_datasets import write_causal_dataset
+
+    datasets = []
+    for name, documents, weight in (("prose", 120, 0.75), ("notes", 60, 0.25)):
+        write_causal_dataset(str(tmp_path / name / "dataset"), num_documents=documents)
+        datasets.append({"name": name, "path": str(tmp_path / name / "dataset"), "weight": weight})
+    config = build_config({
+        "run_dir": str(tmp_path / "run"), "tokenizer": {"path": "unused"}, "reader": {"backend": "pyarrow"},
+        "preprocess": {"task": "causal_lm", "max_length": 16},
+        "train": {"model": "gpt2", "batch_size": 4, "lr": 0.01, "log_every": 2, "datasets": datasets,
+                  "model_config": {"n_embd": 32, "n_layer": 1, "n_head": 2}}})
+    train(config)
+    val = [r for r in read_records(str(tmp_path / "run" / "metrics.jsonl")) if "val_loss" in r][-1]
+    assert val["val_perplexity"] == pytest.approx(math.exp(0.75 * val["val_prose_loss"] + 0.25 * val["val_notes_loss"]))
+    assert val["val_prose_tokens"] > 0 and val["val_notes_tokens"] > 0
+    result = run_evaluation(config)
+    assert result["task"] == "causal_lm" and set(result["sources"]) == {"prose", "notes"}
