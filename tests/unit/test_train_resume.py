@@ -193,3 +193,18 @@ def test_train_evaluate_and_resume_on_an_s3_run_dir(tmp_path, s3_bucket, monkeyp
 def test_a_missing_bucket_fails_naming_it_before_anything_runs(s3_server, tmp_path):
     with pytest.raises(storage.StorageError, match="bucket 'no-such-bucket' .* does not exist"):
         train(_config("s3://no-such-bucket/run", tmp_path / "local", max_steps=2))
+
+
+def test_a_dropout_model_stopped_and_resumed_mid_epoch_equals_the_uninterrupted_run_bitwise(tmp_path):
+    """bert trains with dropout (0.1), which draws from torch's generator every step: the resumed
+    run equals the straight one only if the checkpoint restored that generator's state."""
+    bert = {"model": "bert", "model_config": {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+                                              "intermediate_size": 32}}
+    straight = _new_run(tmp_path / "straight")
+    train(_config(straight, max_steps=8, **bert))
+    stopped = _new_run(tmp_path / "stopped")
+    train(_config(stopped, max_steps=5, **bert))  # its last checkpoint is step 5, mid epoch 0 (10 steps an epoch)
+    train(_config(stopped, max_steps=8, **bert))
+    expected, got = load_file(str(straight / "model" / "model.safetensors")), load_file(str(stopped / "model" / "model.safetensors"))
+    assert expected.keys() == got.keys()
+    assert all(torch.equal(expected[name], got[name]) for name in expected)
