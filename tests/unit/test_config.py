@@ -1,8 +1,9 @@
+import importlib.util
 from pathlib import Path
 
 import pytest
 
-from pipeline.config import ConfigError, build_config, load_config, parse_override
+from pipeline.config import ConfigError, build_config, load_config, parse_override, save_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = {"run_dir": "runs/x", "data": {"input": "corpus.jsonl", "label_column": "label"}, "tokenizer": {"train": {}}}
@@ -102,9 +103,16 @@ def test_missing_config_file_is_a_config_error(tmp_path):
 
 
 @pytest.mark.parametrize("path", sorted((REPO_ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
-def test_every_shipped_config_loads(path):
+def test_every_shipped_config_loads_round_trips_and_gives_every_stage_a_command(path, tmp_path):
+    from pipeline import driver
+
     config = load_config(path)
-    assert config.run_dir
+    save_config(config, str(tmp_path / "saved.yaml"))
+    assert load_config(tmp_path / "saved.yaml").to_dict() == config.to_dict()
+    spark_here = importlib.util.find_spec("pyspark") is not None  # the current stack has no spark-submit
+    for stage in driver.STAGES if spark_here else ("train", "evaluate"):
+        command = driver.stage_command(stage, config.model_copy(update={"data": config.data.model_copy(update={"input": str(path)})}))
+        assert command and str(driver.resolved_config_path(config)) in command, (stage, command)
 
 
 def test_section_hash_changes_only_with_its_sections():

@@ -6,15 +6,18 @@ import pytest
 
 from pipeline import cli, contract, driver
 from pipeline.config import ConfigError
-from pipeline.errors import ShardlineError
 from pipeline.inputs import InputError
 from training.models import DatasetMismatchError
 
 
-def test_user_errors_share_one_base_class():
-    for error in (ConfigError, InputError, contract.DatasetNotReadyError, contract.DatasetConflictError,
-                  driver.StageOrderError, DatasetMismatchError):
-        assert issubclass(error, ShardlineError), error
+@pytest.mark.parametrize("error", [ConfigError, InputError, contract.DatasetNotReadyError, contract.DatasetConflictError,
+                                   driver.StageOrderError, DatasetMismatchError], ids=lambda e: e.__name__)
+def test_every_user_error_reaches_the_user_as_one_line_and_exit_2(error, capsys):
+    def fail():
+        raise error("what went wrong, and what to do")
+
+    assert cli._guarded("run", fail) == 2
+    assert capsys.readouterr().err == "shardline run: error: what went wrong, and what to do\n"
 
 
 def test_a_user_error_is_one_line_and_exit_2(capsys):

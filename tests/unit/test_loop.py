@@ -61,9 +61,15 @@ def test_a_non_finite_loss_stops_the_run_naming_the_step():
         _step(model, [_batch(4, seed=3)], TrainConfig())
 
 
-def test_bf16_autocast_step_runs_on_cpu():
-    result = _step(_model(), [_batch(4, seed=4)], TrainConfig(), precision_dtype=torch.bfloat16)
-    assert math.isfinite(result.loss) and math.isfinite(result.grad_norm)
+def test_bf16_autocast_computes_in_bf16_on_cpu_and_stays_close_to_fp32():
+    batch = _batch(4, seed=4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert _model()(batch[contract.INPUT_IDS], batch[contract.ATTENTION_MASK]).dtype == torch.bfloat16
+    bf16 = _step(_model(), [batch], TrainConfig(), precision_dtype=torch.bfloat16)
+    fp32 = _step(_model(), [batch], TrainConfig())
+    assert bf16.loss != fp32.loss  # the step really ran in bf16 ...
+    assert bf16.loss == pytest.approx(fp32.loss, rel=2e-2)  # ... to bf16's precision
+    assert bf16.grad_norm == pytest.approx(fp32.grad_norm, rel=5e-2)
 
 
 def test_precision_auto_is_fp32_on_cpu():

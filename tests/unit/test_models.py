@@ -103,14 +103,29 @@ def test_contract_check_names_the_mismatch(manifest_changes, train, message):
         check_dataset_matches(model, _manifest(splits=splits, **manifest_changes), _config(**train))
 
 
-def test_a_schema_3_dataset_still_trains():
+@pytest.mark.parametrize("schema_version", [3, 2])
+def test_a_schema_3_dataset_still_trains_and_an_older_one_is_refused(tmp_path, schema_version):
     # Schema 4 only dropped a row-group layout the reader does not use: a dataset built before it
-    # needs no rebuild.
-    from training.models import check_dataset_matches
+    # needs no rebuild. Schema 2 had no file list, which the reader needs.
+    from parquet_datasets import write_classification_dataset, write_tokenizer
+    from pipeline.config import build_config
+    from training.models import DatasetMismatchError
+    from training.train import train
 
-    model = build_model(TrainConfig(model="mlp", embedding_dim=4, hidden_size=4), _manifest())
-    splits = {"train": contract.SplitStats(rows=4, tokens=8, num_files=1, num_row_groups=1, row_group_rows=[4])}
-    check_dataset_matches(model, _manifest(splits=splits, schema_version=3), _config())
+    manifest = write_classification_dataset(str(tmp_path / "dataset"), [[16], [16]])
+    older = manifest.model_copy(update={"schema_version": schema_version})
+    contract.write_json_atomic(str(tmp_path / "dataset" / contract.MANIFEST_FILE), older.model_dump(mode="json"))
+    write_tokenizer(str(tmp_path / "tokenizer"))
+    config = build_config({"run_dir": str(tmp_path), "data": {"input": "unused", "label_column": "label"},
+                           "tokenizer": {"path": "unused"}, "preprocess": {"max_length": 8},
+                           "reader": {"backend": "pyarrow"},
+                           "train": {"model": "mlp", "batch_size": 8, "embedding_dim": 4, "hidden_size": 4}})
+    if schema_version == 3:
+        train(config)
+        assert (tmp_path / "model" / "model.safetensors").exists()
+    else:
+        with pytest.raises(DatasetMismatchError, match="has schema version 2 but this trainer reads 3 or 4"):
+            train(config)
 
 
 def test_contract_check_refuses_a_classifier_on_causal_blocks():
