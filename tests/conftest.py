@@ -13,6 +13,26 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 _TIERS = ("unit", "spark", "e2e", "fuzz")
 
 
+# Every random choice of a test (a kill moment, a generated corpus) comes from this one seed: set
+# SHARDLINE_TEST_SEED to rerun a failure exactly; unset, each run draws a fresh one, said on failure.
+TEST_SEED = int(os.environ.get("SHARDLINE_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and getattr(item, "_uses_test_seed", False):
+        report.sections.append(("test seed", f"rerun this exactly with SHARDLINE_TEST_SEED={TEST_SEED}"))
+
+
+@pytest.fixture
+def test_seed(request) -> int:
+    """The run's seed (SHARDLINE_TEST_SEED), named in the report of a test that fails with it."""
+    request.node._uses_test_seed = True
+    return TEST_SEED
+
+
 def pytest_collection_modifyitems(items):
     # The tier is the directory a test lives in: tests/unit, tests/spark, tests/e2e, tests/fuzz.
     for item in items:

@@ -9,15 +9,17 @@ gives the same bytes.
 
 Each example is a whole corpus and two Spark builds (~30 s on two cores), so CI runs a small budget:
 the explicit example (every class at once) plus SHARDLINE_FUZZ_EXAMPLES generated ones (default 2,
-the same ones every run). Setting SHARDLINE_FUZZ_EXAMPLES explicitly draws that many fresh ones.
+the same ones every run). Setting SHARDLINE_FUZZ_EXAMPLES explicitly draws that many fresh ones,
+from SHARDLINE_TEST_SEED (tests/conftest.py; a failure report names it, so the same corpora rerun).
 """
 from __future__ import annotations
 
 import itertools
 import os
 
-from hypothesis import HealthCheck, Phase, event, example, given, settings
+from hypothesis import HealthCheck, Phase, event, example, given, seed, settings
 
+from conftest import TEST_SEED
 from dataset_reads import read_files
 from fuzz_corpora import REASONS, Corpus, CorpusFile, Line, corpora, long_line_file
 from pipeline import contract, storage
@@ -106,6 +108,7 @@ def _documents_in_shards(dataset_dir: str, task: str) -> int:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
 )
 @example(corpus=_every_class())
+@seed(TEST_SEED)  # fresh draws (SHARDLINE_FUZZ_EXAMPLES set) rerun exactly with SHARDLINE_TEST_SEED
 @given(corpus=corpora())
 def test_every_generated_record_is_a_document_a_reject_or_a_duplicate(spark, tmp_path_factory, contents_of, corpus):
     root = tmp_path_factory.mktemp(f"fuzz{next(_counter)}")

@@ -158,12 +158,12 @@ def test_killed_from_outside_then_resumed_equals_an_uninterrupted_run(built, str
         assert len(seen) == len(set(seen)) == len(train_ids) - rows % 16 and set(seen) <= set(train_ids)
 
 
-def test_killed_at_a_random_moment_then_resumed_equals_an_uninterrupted_run(built, straight):
+def test_killed_at_a_random_moment_then_resumed_equals_an_uninterrupted_run(built, straight, test_seed):
     _, manifest, _ = built
     last_step = 2 * (manifest.splits["train"].rows // 16)
     # A moment nobody picked: just after a random checkpoint's data file (its checksum may not be
     # written yet) or its checksum appears, plus a random few milliseconds (mid step, mid write, mid delete).
-    chosen = random.Random()
+    chosen = random.Random(test_seed)
     step, suffix, delay = 2 * chosen.randint(2, last_step // 4), chosen.choice([".pt", ".sha256"]), chosen.uniform(0, 0.02)
     when = f"killed {delay * 1000:.0f} ms after step-{step:08d}{suffix} appeared"
     run_dir = _new_run(built, "random-kill")
