@@ -114,7 +114,7 @@ def clean_records(records: DataFrame, config: ShardlineConfig) -> DataFrame:
 def documents_by_content(good: DataFrame, config: ShardlineConfig, label_map: dict[str, int],
                          num_partitions: int) -> DataFrame:
     """Documents (id, split, text, label, ...) hashed by content hash into num_partitions and sorted
-    by (split, id) within them; with de-duplication one per content hash, carrying clean.COPIES
+    by (split, id, text, raw label) within them; with de-duplication one per content hash, carrying clean.COPIES
     (summed by the shard writers). De-duplication (a group-by on the same key) needs no second
     shuffle, and which partition a document lands in depends on its text alone, never on the
     cluster, so the same corpus gives the same shards everywhere."""
@@ -129,7 +129,9 @@ def documents_by_content(good: DataFrame, config: ShardlineConfig, label_map: di
     docs = docs.transform(lambda d: split.with_split(d, pre.split, pre.seed))
     if label_map:
         docs = docs.transform(lambda d: split.with_label_ids(d, label_map))
-    return docs.sortWithinPartitions(split.SPLIT, contract.ID_COLUMN)
+    # Text and label break ties between equal ids (copies kept without de-duplication, one text under
+    # two labels), so the order, hence the shards, never depends on the order records arrived in.
+    return docs.sortWithinPartitions(split.SPLIT, contract.ID_COLUMN, read.TEXT, read.LABEL_RAW)
 
 
 def encoder_for(documents: DataFrame, config: ShardlineConfig, tokenizer) -> tuple[encode.BatchFunction, pa.Schema]:

@@ -316,3 +316,32 @@ def test_the_tokenizer_sample_does_not_depend_on_partitioning_or_order(spark):
     assert 200 < len(sample) < 400 and set(sample) <= set(texts)  # about sample_size, Bernoulli-drawn
     assert training_sample(one, sample_size=300, num_texts=2000, seed=4) != sample
     assert training_sample(five, sample_size=5000, num_texts=2000, seed=3) == sorted(texts)
+
+
+def test_with_dedup_off_the_dataset_is_a_function_of_the_records_not_of_their_order(spark, tmp_path, docstring_records,
+                                                                                     contents_of):
+    """Without de-duplication every record is kept, copies included: the dataset is still a function
+    of the records alone (README, "Sharding"), whatever their order and files. The corpus holds
+    exact copies and one text under two labels, whose ids tie."""
+    records = docstring_records[::9]
+    other = next(r["label"] for r in records if r["label"] != records[7]["label"])
+    records = records + records[:5] + [{**records[7], "label": other}]
+    reordered = records[::-1]
+    builds = []
+    for name, files in (("in-order", [records]), ("reordered", [reordered[::2], reordered[1::2]])):
+        corpus = tmp_path / name
+        for number, part in enumerate(files):
+            write_jsonl(part, corpus / f"part-{number}.jsonl")
+        config = build_config({
+            "run_dir": str(tmp_path / f"{name}-run"), "data": {"input": str(corpus), "label_column": "label"},
+            "tokenizer": {"train": {"vocab_size": 400}},
+            "preprocess": {"max_length": 32, "seed": 5, "num_partitions": 3, "dedup": False},
+        })
+        manifest = build_dataset(spark, config)
+        assert manifest.duplicates_removed == 0 and manifest.input_records == len(records)
+        contents = contents_of(config.dataset_dir)
+        for key in ("input_files", "dataset_fingerprint", "config"):  # where the records were, not what
+            contents["manifest"].pop(key)
+        builds.append(contents)
+    assert builds[0]["shards"] == builds[1]["shards"]
+    assert builds[0] == builds[1]
