@@ -16,7 +16,7 @@ stall of a real-text mlp run (2 epochs, batch 64) on GCIDE documents built by th
    Spearman correlation of the epoch's read order with file order (0: no trace of file order), for
    the loader and for Petastorm `make_batch_reader(shuffle_row_groups=True)` + `BatchedDataLoader`'s
    shuffling queue holding as many rows as the loader's shuffle window.
-4. Mixture: the same rows as three sources (a half, a third and a sixth of them, weights 0.5/0.3/0.2)
+4. Mixture: the same rows as three sources (8, 5 and 3 of its 16 row groups, weights 0.5/0.3/0.2)
    through `MixtureLoader` (pyarrow backend, shuffled), rows/s as a ratio to the single-source loader
    on the whole split (target >= 0.95); resume to first batch at 10/50/90 % of the mixture epoch (flat);
    the realised share of each source over one epoch against its weight (target within 0.1 %).
@@ -190,12 +190,13 @@ def _mixture_loader(sources, batch_size: int, workers: int) -> mixture.MixtureLo
 
 
 def mixture_case(tmp: str, rows: int, batch_size: int, workers: int, repeats: int) -> None:
-    """Three sources holding the single split's rows between them, mixed 0.5/0.3/0.2."""
-    sources = []
-    for name, weight in (("half", 0.5), ("third", 0.3), ("sixth", 0.2)):
-        count = int(rows * {"half": 1 / 2, "third": 1 / 3, "sixth": 1 / 6}[name]) // 16 * 16
+    """Three sources holding the single split's rows between them (8, 5 and 3 of its 16 row groups,
+    the same row-group size), mixed 0.5/0.3/0.2."""
+    sources, group = [], rows // 16
+    for name, weight, groups in (("half", 0.5, 8), ("third", 0.3, 5), ("sixth", 0.2, 3)):
         root = os.path.join(tmp, name)
-        manifest = write_classification_dataset(root, [[count // 8] * 4 for _ in range(2)], max_length=128, vocab_size=8000)
+        files = [[group] * min(4, groups - start) for start in range(0, groups, 4)]
+        manifest = write_classification_dataset(root, files, max_length=128, vocab_size=8000)
         sources.append(mixture.Source(name, root, manifest, weight))
     single_root = os.path.join(tmp, "dataset")
     single = split_spec(single_root, contract.load_manifest(single_root), "train", batch_size=batch_size,
