@@ -345,3 +345,41 @@ def test_with_dedup_off_the_dataset_is_a_function_of_the_records_not_of_their_or
         builds.append(contents)
     assert builds[0]["shards"] == builds[1]["shards"]
     assert builds[0] == builds[1]
+
+
+def test_the_commit_writes_the_manifest_then_success_last_and_deletes_files_left_during_the_build(
+        spark, tmp_path, monkeypatch):
+    """The commit protocol below e2e: strays that appear during the build (a failed attempt's shard
+    and rejects file) are deleted, not only reported, and the driver's last two writes are the
+    manifest, then _SUCCESS."""
+    from spark_jobs import preprocess
+
+    texts = [f"document number {i} about event loops" for i in range(40)]
+    corpus = write_jsonl([{"text": t, "label": "ab"[i % 2]} for i, t in enumerate(texts)], tmp_path / "corpus.jsonl")
+    config = build_config({
+        "run_dir": str(tmp_path / "run"), "data": {"input": str(corpus), "label_column": "label"},
+        "tokenizer": {"train": {"vocab_size": 100}},
+        "preprocess": {"max_length": 8, "num_partitions": 2, "shard": {"row_group_rows": 8}},
+    })
+    strays = ["train/part-00099-00000-deadbeef-attempt1.parquet", "rejects/part-00099-attempt1.parquet",
+              "val/part-00001-00000-deadbeef-attempt7.parquet"]
+    begin_build = preprocess.begin_build
+
+    def begin_then_a_failed_attempt_writes(dataset_dir):  # what a killed or retried task leaves behind
+        build_id = begin_build(dataset_dir)
+        for name in strays:
+            storage.write_bytes(storage.join(dataset_dir, name), b"PAR1 not a real shard")
+        return build_id
+
+    writes = []
+    write_bytes = storage.write_bytes
+    monkeypatch.setattr(preprocess, "begin_build", begin_then_a_failed_attempt_writes)
+    monkeypatch.setattr(storage, "write_bytes", lambda uri, data: (writes.append(str(uri)), write_bytes(uri, data)))
+    manifest = build_dataset(spark, config)
+    for name in strays:
+        assert storage.info(storage.join(config.dataset_dir, name)) is None, f"{name} was left in the dataset"
+    listed = {f.path for s in manifest.splits.values() for f in s.files} | {f.path for f in manifest.rejects_files}
+    on_disk = {storage.relative(e.uri, config.dataset_dir) for e in storage.list_files(config.dataset_dir)}
+    assert {name for name in on_disk if name.endswith(".parquet")} == listed
+    assert [storage.basename(uri) for uri in writes[-2:]] == [contract.MANIFEST_FILE, contract.SUCCESS_FILE]
+    assert sum(1 for uri in writes if storage.basename(uri) == contract.SUCCESS_FILE) == 1
