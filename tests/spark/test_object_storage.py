@@ -150,13 +150,24 @@ def test_a_dataset_built_on_s3_equals_the_local_one(s3_and_local_runs):
     assert {r["source"] for r in rejects.to_pylist()} == {"s3://shardline-runs/corpus/docstrings.jsonl"}
 
 
-def test_a_rebuild_on_s3_removes_stale_attempt_files_and_keeps_the_fingerprint(spark, s3_and_local_runs):
+def test_a_rebuild_on_s3_removes_stale_attempt_files_and_keeps_the_fingerprint(spark, s3_and_local_runs, monkeypatch):
+    from spark_jobs import preprocess
+
     _, remote, remote_manifest, _, _ = s3_and_local_runs
-    stale = storage.join(remote.dataset_dir, "train", "part-00000-deadbeef-t999.parquet")
-    storage.write_bytes(stale, b"left by a killed attempt")
+    before_build = storage.join(remote.dataset_dir, "train", "part-00000-deadbeef-t999.parquet")
+    during_build = storage.join(remote.dataset_dir, "train", "part-00001-00000-deadbeef-attempt3.parquet")
+    storage.write_bytes(before_build, b"left by a killed earlier run")
+    begin_build = preprocess.begin_build
+
+    def begin_then_a_failed_attempt_writes(dataset_dir):  # after begin_build's clean-up: only the commit removes it
+        build_id = begin_build(dataset_dir)
+        storage.write_bytes(during_build, b"left by a failed attempt of this build")
+        return build_id
+
+    monkeypatch.setattr(preprocess, "begin_build", begin_then_a_failed_attempt_writes)
     before = split_rows(remote.dataset_dir)
     rebuilt = build_dataset(spark, remote)
-    assert storage.info(stale) is None
+    assert storage.info(before_build) is None and storage.info(during_build) is None
     assert rebuilt.dataset_fingerprint == remote_manifest.dataset_fingerprint
     assert split_rows(remote.dataset_dir) == before
 
