@@ -63,7 +63,7 @@ BREAKS = (
     # Exactly once: every row once per epoch on any process count, resume at any position.
     Break("same-order-every-epoch", "exactly-once", "training/data.py",
           "random.Random(spec.seed * 100_003 + epoch).shuffle(indexes)", "random.Random(spec.seed * 100_003).shuffle(indexes)",
-          (UNIT + "test_reader.py::test_one_process_sees_every_row_once_per_epoch_in_a_seeded_order",)),
+          (UNIT + "test_reader.py::test_each_epoch_orders_both_the_row_groups_and_the_rows_inside_them_anew",)),
     Break("ranks-overlap", "exactly-once", "training/data.py",
           "    return positions[(positions // spec.batch_size) % spec.world_size == spec.rank]",
           "    return positions[(positions // spec.batch_size) % spec.world_size == 0]",
@@ -74,8 +74,7 @@ BREAKS = (
           (UNIT + "test_reader.py::test_the_loader_resumes_at_any_position_as_if_never_stopped",)),
     Break("window-order-ignores-epoch", "exactly-once", "training/data.py",
           "np.random.default_rng([spec.seed, epoch, window])", "np.random.default_rng([spec.seed, 0, window])",
-          (UNIT + "test_reader.py::test_one_process_sees_every_row_once_per_epoch_in_a_seeded_order",
-           UNIT + "test_reader.py::test_the_loader_resumes_at_any_position_as_if_never_stopped")),
+          (UNIT + "test_reader.py::test_each_epoch_orders_both_the_row_groups_and_the_rows_inside_them_anew",)),
     # Mixtures: the weights' shares in every prefix, each source once per pass, weight changes as segments.
     Break("mixture-weights-reversed", "exactly-once", "training/mixture.py",
           "    weights = tuple(s.weight for s in sources)\n", "    weights = tuple(s.weight for s in sources)[::-1]\n",

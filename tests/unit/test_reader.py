@@ -6,6 +6,7 @@ import importlib.util
 import re
 import time
 
+import numpy as np
 import pytest
 
 from parquet_datasets import classification_table, parquet_bytes, write_classification_dataset
@@ -57,6 +58,24 @@ def test_one_process_sees_every_row_once_per_epoch_in_a_seeded_order(uneven, bac
     assert first == again  # two row groups read in parallel, same order every run
     assert sorted(i for b in second_epoch for i in b) == ALL_IDS and second_epoch != first
     assert _ids(_spec(uneven, backend, seed=6)) != first
+
+
+def test_each_epoch_orders_both_the_row_groups_and_the_rows_inside_them_anew(uneven):
+    """The two sources of an epoch's order, each on its own: windows of one row group, so the
+    sequence of row groups and each row group's row order can be read off the stream."""
+    spec = _spec(uneven, "pyarrow", num_shuffle_row_groups=1)
+    bounds = np.cumsum([0, *(rows for file in UNEVEN for rows in file)])
+
+    def row_group_of(sample):
+        return int(np.searchsorted(bounds, int(sample.split("-")[1]), side="right")) - 1
+
+    epochs = [[i for batch in _ids(spec, epoch=e) for i in batch] for e in range(3)]
+    sequences = [list(dict.fromkeys(row_group_of(i) for i in ids)) for ids in epochs]
+    assert all(sorted(s) == list(range(5)) for s in sequences)
+    assert sequences[0] != sequences[1] and sequences[1] != sequences[2], sequences
+    for group in (0, 2):  # the two big row groups (50 and 30 rows): their rows come in another order each epoch
+        inside = [[i for i in ids if row_group_of(i) == group] for ids in epochs]
+        assert inside[0] != inside[1] and inside[1] != inside[2]
 
 
 def test_both_backends_give_the_same_batches(uneven):
