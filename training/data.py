@@ -434,39 +434,38 @@ class BackgroundBatches:
         self._thread.join()
 
 
-class StatefulLoader:
-    """One rank's training batches, epoch after epoch, with a position that resumes on any process
-    count giving the same global batch. Iterating yields the rest of the current epoch; the reads
-    behind it run on into the next epoch, so the next iteration starts warm.
+class PositionedLoader:
+    """What every training loader shares: one rank's micro-batches, epoch after epoch, and a position
+    (the next micro-batch is `batch` of `epoch`) that resumes on any process count giving the same
+    global batch. Iterating yields the rest of the current epoch; the reads behind it run on into the
+    next epoch, so the next iteration starts warm. With num_epochs, nothing is read past the last
+    epoch (the run's end); without, the reads go on. A subclass says what a stream from a position
+    is (`_stream_from`) and sets num_batches.
 
     state_dict(): {"epoch", "samples" (consumed in the epoch, over all ranks), "global_batch",
-    "world_size"}; a position is always a whole number of global micro-batch rounds. With num_epochs,
-    nothing is read past the last epoch (the run's end); without, the reads go on."""
+    "world_size"}; a position is always a whole number of global micro-batch rounds."""
 
-    def __init__(self, spec: ReaderSpec, num_prefetch: int = 4, num_epochs: int | None = None):
-        if not spec.drop_last:
-            spec = dataclasses.replace(spec, drop_last=True)  # equal ranks need whole global batches
-        self.spec, self.num_prefetch, self.num_epochs = spec, num_prefetch, num_epochs
-        plan = plan_epoch(spec, 0)  # row counts, hence the batch count, are the same every epoch
-        if plan.num_batches == 0:
-            raise ValueError(
-                f"{spec.split_dir} has {plan.rows} samples, fewer than one global batch of {spec.global_batch} "
-                f"(train.batch_size {spec.batch_size} x {spec.world_size} processes x train.grad_accum_steps "
-                f"{spec.grad_accum_steps}); lower one of them"
-            )
-        self.num_batches, self.rows, self.left_out = plan.num_batches, plan.rows, plan.left_out
-        self.epoch = self.batch = 0  # the position: the next micro-batch of this rank is `batch` of `epoch`
+    num_batches: int  # micro-batches per rank per epoch, the same every epoch and on every rank
+
+    def __init__(self, batch_size: int, world_size: int, grad_accum_steps: int, num_prefetch: int,
+                 num_epochs: int | None):
+        self.batch_size, self.world_size, self.grad_accum_steps = batch_size, world_size, grad_accum_steps
+        self.num_prefetch, self.num_epochs = num_prefetch, num_epochs
+        self.epoch = self.batch = 0
         self._stream: BackgroundBatches | None = None
         self._waited = 0.0
 
+    def _stream_from(self, epoch: int, batch: int, num_epochs: int | None) -> Callable[[], Iterator[tuple[int, Batch]]]:
+        raise NotImplementedError
+
     @property
     def global_batch(self) -> int:
-        return self.spec.global_batch
+        return self.batch_size * self.world_size * self.grad_accum_steps
 
     @property
     def samples(self) -> int:
         """Samples of the epoch consumed so far, over all ranks."""
-        return self.batch * self.spec.batch_size * self.spec.world_size
+        return self.batch * self.batch_size * self.world_size
 
     @property
     def wait_seconds(self) -> float:
@@ -475,16 +474,16 @@ class StatefulLoader:
 
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "samples": self.samples, "global_batch": self.global_batch,
-                "world_size": self.spec.world_size}
+                "world_size": self.world_size}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["global_batch"] != self.global_batch:
             raise ValueError(
                 f"the loader position is for a global batch of {state['global_batch']} samples, and this run's is "
-                f"{self.global_batch} (batch_size {self.spec.batch_size} x {self.spec.world_size} processes x "
-                f"grad_accum_steps {self.spec.grad_accum_steps}); keep the product the same to resume"
+                f"{self.global_batch} (batch_size {self.batch_size} x {self.world_size} processes x "
+                f"grad_accum_steps {self.grad_accum_steps}); keep the product the same to resume"
             )
-        round_size = self.spec.batch_size * self.spec.world_size
+        round_size = self.batch_size * self.world_size
         if state["samples"] % round_size:
             raise ValueError(f"position {state['samples']} is not a whole number of rounds of {round_size} samples")
         self._close_stream()
@@ -500,7 +499,7 @@ class StatefulLoader:
         work to do hides the reader's cold start (imports, checksums, the first window) behind it."""
         if self._stream is None and (self.num_epochs is None or self.epoch < self.num_epochs):
             remaining = None if self.num_epochs is None else self.num_epochs - self.epoch
-            self._stream = BackgroundBatches.of(self.spec, self.epoch, self.batch, self.num_prefetch, num_epochs=remaining)
+            self._stream = BackgroundBatches(self._stream_from(self.epoch, self.batch, remaining), self.num_prefetch)
 
     def __iter__(self) -> Iterator[Batch]:
         """The current epoch's remaining batches; the position counts each one as it is handed out."""
@@ -526,3 +525,25 @@ class StatefulLoader:
 
     def close(self) -> None:
         self._close_stream()
+
+
+class StatefulLoader(PositionedLoader):
+    """One split's training batches for one rank (see PositionedLoader), in the split's epoch order."""
+
+    def __init__(self, spec: ReaderSpec, num_prefetch: int = 4, num_epochs: int | None = None):
+        if not spec.drop_last:
+            spec = dataclasses.replace(spec, drop_last=True)  # equal ranks need whole global batches
+        super().__init__(spec.batch_size, spec.world_size, spec.grad_accum_steps, num_prefetch, num_epochs)
+        self.spec = spec
+        plan = plan_epoch(spec, 0)  # row counts, hence the batch count, are the same every epoch
+        if plan.num_batches == 0:
+            raise ValueError(
+                f"{spec.split_dir} has {plan.rows} samples, fewer than one global batch of {spec.global_batch} "
+                f"(train.batch_size {spec.batch_size} x {spec.world_size} processes x train.grad_accum_steps "
+                f"{spec.grad_accum_steps}); lower one of them"
+            )
+        self.num_batches, self.rows, self.left_out = plan.num_batches, plan.rows, plan.left_out
+
+    def _stream_from(self, epoch: int, batch: int, num_epochs: int | None) -> Callable[[], Iterator[tuple[int, Batch]]]:
+        spec = self.spec
+        return lambda: _stream(spec, epoch, batch, num_epochs)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
@@ -36,7 +36,7 @@ import numpy as np
 
 from pipeline import contract, storage
 from pipeline.errors import ShardlineError
-from training.data import (Batch, BackgroundBatches, ReaderSpec, RowGroupReads, _concat, _to_batch, plan_epoch,
+from training.data import (Batch, PositionedLoader, ReaderSpec, RowGroupReads, _concat, _to_batch, plan_epoch,
                            split_spec, window_order)
 
 SOURCE_COLUMN = "source"  # in each mixture batch: the index of the source (in train.datasets order) of each row
@@ -353,65 +353,35 @@ def _mixture_stream(plan: MixturePlan, epoch: int, start_batch: int, num_epochs:
                 reader.close()
 
 
-class MixtureLoader:
-    """StatefulLoader's contract (batches, num_batches, a position that resumes on any process count)
-    over a mixture; its state also holds the mix's segments, so a weight change is a new segment
-    from the position where it is made, never a silent restart."""
+class MixtureLoader(PositionedLoader):
+    """A mixture's training batches for one rank (see PositionedLoader); its state also holds the
+    mix's segments, so a weight change is a new segment from the position where it is made, never
+    a silent restart."""
 
     def __init__(self, plan: MixturePlan, num_prefetch: int = 4, num_epochs: int | None = None):
-        self.plan, self.num_prefetch, self.num_epochs = plan, num_prefetch, num_epochs
-        round_size = plan.batch_size * plan.world_size
-        self.num_batches = plan.epoch_rows // round_size
+        super().__init__(plan.batch_size, plan.world_size, plan.grad_accum_steps, num_prefetch, num_epochs)
+        self.plan = plan
+        self.num_batches = plan.epoch_rows // (plan.batch_size * plan.world_size)
         if self.num_batches == 0:
             raise ValueError(f"the mixture has {plan.epoch_rows} samples per epoch, fewer than one global batch of "
                              f"{plan.global_batch}; lower train.batch_size or train.grad_accum_steps")
         self.rows, self.left_out = sum(plan.source_rows), sum(plan.source_rows) - plan.epoch_rows
-        self.epoch = self.batch = 0
         self.changes: list[str] = []  # what load_state_dict did to the mix, in words, for the log
-        self._stream: BackgroundBatches | None = None
-        self._waited = 0.0
-
-    @property
-    def spec(self) -> MixturePlan:
-        return self.plan
-
-    @property
-    def global_batch(self) -> int:
-        return self.plan.global_batch
-
-    @property
-    def samples(self) -> int:
-        return self.batch * self.plan.batch_size * self.plan.world_size
 
     @property
     def position(self) -> int:
         """Global positions consumed since the run's start."""
         return self.epoch * self.plan.epoch_rows + self.samples
 
-    @property
-    def wait_seconds(self) -> float:
-        return self._waited + (self._stream.wait_seconds if self._stream else 0.0)
-
     def taken(self) -> np.ndarray:
         """Samples of each source consumed so far over all ranks."""
         return taken_before(self.plan.segments, self.position)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "samples": self.samples, "global_batch": self.global_batch,
-                "world_size": self.plan.world_size, "segments": [s.to_dict() for s in self.plan.segments]}
+        return {**super().state_dict(), "segments": [s.to_dict() for s in self.plan.segments]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state["global_batch"] != self.global_batch:
-            raise ValueError(
-                f"the loader position is for a global batch of {state['global_batch']} samples, and this run's is "
-                f"{self.global_batch}; keep batch_size x processes x grad_accum_steps the same to resume")
-        round_size = self.plan.batch_size * self.plan.world_size
-        if state["samples"] % round_size:
-            raise ValueError(f"position {state['samples']} is not a whole number of rounds of {round_size} samples")
-        self._close_stream()
-        self.epoch, self.batch = state["epoch"], state["samples"] // round_size
-        if self.batch >= self.num_batches:
-            self.epoch, self.batch = self.epoch + 1, 0
+        super().load_state_dict(state)
         saved = tuple(MixSegment.from_dict(s) for s in state["segments"])
         wanted = self.plan.segments[-1].weights
         segments = saved
@@ -422,39 +392,9 @@ class MixtureLoader:
             self.changes.append(f"weights {list(saved[-1].weights)} -> {list(wanted)} from position {position}")
         self.plan = dataclasses.replace(self.plan, segments=segments)
 
-    def __len__(self) -> int:
-        return self.num_batches
-
-    def start(self) -> None:
-        if self._stream is None and (self.num_epochs is None or self.epoch < self.num_epochs):
-            remaining = None if self.num_epochs is None else self.num_epochs - self.epoch
-            plan, epoch, batch, batches = self.plan, self.epoch, self.batch, self.num_batches
-            self._stream = BackgroundBatches(lambda: _mixture_stream(plan, epoch, batch, remaining, batches),
-                                             num_prefetch=self.num_prefetch)
-
-    def __iter__(self) -> Iterator[Batch]:
-        if self.num_epochs is not None and self.epoch >= self.num_epochs:
-            return
-        self.start()
-        while True:
-            epoch, batch = self._stream.next_item()
-            assert epoch == self.epoch, (epoch, self.epoch)
-            self.batch += 1
-            ended = self.batch == self.num_batches
-            if ended:
-                self.epoch, self.batch = self.epoch + 1, 0
-            yield batch
-            if ended:
-                return
-
-    def _close_stream(self) -> None:
-        if self._stream is not None:
-            self._waited += self._stream.wait_seconds
-            self._stream.close()
-            self._stream = None
-
-    def close(self) -> None:
-        self._close_stream()
+    def _stream_from(self, epoch: int, batch: int, num_epochs: int | None) -> Callable[[], Iterator[tuple[int, Batch]]]:
+        plan, batches = self.plan, self.num_batches
+        return lambda: _mixture_stream(plan, epoch, batch, num_epochs, batches)
 
 
 def epoch_rows(rows: tuple[int, ...], weights: tuple[float, ...], global_batch: int, on_exhausted: str) -> int:
