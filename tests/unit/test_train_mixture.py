@@ -116,3 +116,22 @@ def test_a_causal_lm_mixture_reports_each_sources_perplexity(tmp_path):
     assert val["val_prose_tokens"] > 0 and val["val_notes_tokens"] > 0
     result = run_evaluation(config)
     assert result["task"] == "causal_lm" and set(result["sources"]) == {"prose", "notes"}
+
+
+def test_a_mixture_of_datasets_on_an_object_store_trains_and_evaluates(s3_bucket, tmp_path):
+    """Sources and run_dir as s3:// URIs (moto's server): every read goes through the storage layer."""
+    datasets = []
+    for name, groups, weight in (("web", [[24], [24]], 0.7), ("books", [[16]], 0.3)):
+        write_classification_dataset(storage.join(s3_bucket, name, "dataset"), groups)
+        datasets.append({"name": name, "path": storage.join(s3_bucket, name, "dataset"), "weight": weight})
+    write_tokenizer(storage.join(s3_bucket, "web", "tokenizer"))
+    config = build_config({
+        "run_dir": storage.join(s3_bucket, "run"), "data": {"label_column": "label"}, "tokenizer": {"path": "unused"},
+        "preprocess": {"max_length": 8}, "reader": {"backend": "pyarrow"},
+        "storage": {"local_dir": str(tmp_path / "local")},
+        "train": {**TRAIN, "record_sample_ids": False, "datasets": datasets}})
+    train(config)
+    assert storage.exists(storage.join(s3_bucket, "run", "model", "tokenizer.json"))  # the sources' tokenizer
+    lineage = json.loads(storage.read_text(storage.join(s3_bucket, "run", "model", "lineage.json")))
+    assert [s["dataset_dir"] for s in lineage["sources"]] == [d["path"] for d in datasets]
+    assert set(run_evaluation(config)["sources"]) == {"web", "books"}
