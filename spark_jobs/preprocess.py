@@ -349,12 +349,11 @@ def datasets_to_build(config: ShardlineConfig, source: str | None) -> list[Shard
 def build_all(targets: list[ShardlineConfig], force: bool, first_trains_tokenizer: bool) -> list[tuple[str, Any]]:
     """Build each target not already built from its config, in one Spark application; when the first
     of a mixture's sources is rebuilt with a trained tokenizer, the later ones are rebuilt too."""
-    built, spark = [], None
+    built, spark, new_tokenizer = [], None, False
     try:
         for number, target in enumerate(targets):
             files = read.resolve_input_files(target.data.input)
-            rebuild = force or (number > 0 and first_trains_tokenizer and bool(built) and built[0][0] == targets[0].dataset_dir)
-            if check_existing(target, files, rebuild):
+            if check_existing(target, files, force or new_tokenizer):
                 print(f"preprocess: {target.dataset_dir} is already built from this config; skipping")
                 continue
             save_config(target, target.run_path("config.resolved.yaml"))
@@ -362,6 +361,7 @@ def build_all(targets: list[ShardlineConfig], force: bool, first_trains_tokenize
                 spark = create_spark_session(target, sum(entry.size for entry in files))
             with SparkProgress(spark.sparkContext):
                 built.append((target.dataset_dir, build_dataset(spark, target, files)))
+            new_tokenizer = new_tokenizer or (number == 0 and first_trains_tokenizer)  # the later sources read it
     finally:
         if spark is not None:
             spark.stop()
