@@ -386,12 +386,6 @@ class BackgroundBatches:
         self._thread = threading.Thread(target=self._produce, args=(make_stream,), daemon=True)
         self._thread.start()
 
-    @classmethod
-    def of(cls, spec: ReaderSpec, epoch: int, start_batch: int = 0, num_prefetch: int = 4,
-           num_epochs: int | None = 1) -> BackgroundBatches:
-        """A split's stream (see _stream) from micro-batch start_batch of epoch on."""
-        return cls(lambda: _stream(spec, epoch, start_batch, num_epochs), num_prefetch)
-
     _DONE = object()
 
     def _produce(self, make_stream: Callable[[], Iterator[tuple[int, Batch]]]) -> None:

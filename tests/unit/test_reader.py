@@ -13,7 +13,7 @@ from parquet_datasets import classification_table, parquet_bytes, write_classifi
 from pipeline import contract, storage
 from pipeline.config import ConfigError, build_config
 from training.data import (
-    TASK_COLUMNS, BackgroundBatches, DatasetChangedError, StatefulLoader, iter_batches, plan_epoch, split_spec,
+    TASK_COLUMNS, BackgroundBatches, _stream, DatasetChangedError, StatefulLoader, iter_batches, plan_epoch, split_spec,
 )
 
 COLUMNS = TASK_COLUMNS["classification"] + (contract.ID_COLUMN,)
@@ -285,7 +285,7 @@ def test_empty_row_groups_are_planned_but_not_read(tmp_path, backend):
 def test_background_batches_match_and_count_only_the_time_the_consumer_waited(uneven, backend):
     spec = _spec(uneven, backend)
     expected = _ids(spec)[2:]
-    eager = BackgroundBatches.of(spec, epoch=0, start_batch=2)
+    eager = BackgroundBatches(lambda: _stream(spec, 0, 2, 1))
     try:
         started = time.perf_counter()
         got = [b[contract.ID_COLUMN] for b in eager]
@@ -296,7 +296,7 @@ def test_background_batches_match_and_count_only_the_time_the_consumer_waited(un
     # Taking every batch at once, the consumer does little but wait for the reader (its start-up included).
     assert 0.2 * elapsed <= eager.wait_seconds <= elapsed, (eager.wait_seconds, elapsed)
 
-    slow = BackgroundBatches.of(spec, epoch=0, start_batch=2)
+    slow = BackgroundBatches(lambda: _stream(spec, 0, 2, 1))
     slept = 0.0
     try:
         started = time.perf_counter()
