@@ -19,12 +19,19 @@ resume at any position on another process count is exact. A weight change (`shar
 with new weights) starts a new segment at the position where it happens: positions before keep their
 sources, each source continues from the samples it had given; the segments are part of the loader's
 state, so the history of the mix is in every checkpoint.
+
+Reading costs what one dataset's does: each source's windows are copied, as they are reached, into
+that source's ring of one shared array (the arena), and a chunk of batches is then one gather per
+column from it into position order, the two copies of a row a single dataset's window makes
+(row groups concatenated, then gathered); gathering per source and interleaving after is three.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import math
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,7 +43,7 @@ import numpy as np
 
 from pipeline import contract, storage
 from pipeline.errors import ShardlineError
-from training.data import (Batch, PositionedLoader, ReaderSpec, RowGroupReads, _concat, _to_batch, plan_epoch,
+from training.data import (Batch, PositionedLoader, ReaderSpec, RowGroupReads, _to_batch, plan_epoch,
                            split_spec, window_order)
 
 SOURCE_COLUMN = "source"  # in each mixture batch: the index of the source (in train.datasets order) of each row
@@ -49,6 +56,7 @@ class MixtureError(ShardlineError):
 
 # --- the source of each position ------------------------------------------------------------------
 
+@lru_cache(maxsize=64)
 def integer_shares(weights: tuple[float, ...]) -> tuple[int, ...]:
     """Samples of each source per period: the exact ratio when the weights' decimal fractions have a
     common denominator up to MAX_PERIOD, else the largest-remainder apportionment of MAX_PERIOD."""
@@ -71,11 +79,12 @@ def integer_shares(weights: tuple[float, ...]) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class MixPattern:
     """One period of the mixture: `order[r]` is the source of position r; `before[s, r]` the samples
-    of source s among positions [0, r)."""
+    of source s among positions [0, r); `index[r]` the samples of position r's source before it."""
 
     counts: tuple[int, ...]
     order: np.ndarray
     before: np.ndarray
+    index: np.ndarray
 
     @property
     def period(self) -> int:
@@ -84,8 +93,8 @@ class MixPattern:
     def locate(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(source, index among that source's positions) of each position counted from the pattern's start."""
         cycle, offset = np.divmod(local, self.period)
-        source = self.order[offset]
-        return source, cycle * np.asarray(self.counts)[source] + self.before[source, offset]
+        source = np.take(self.order, offset)
+        return source, cycle * np.take(np.asarray(self.counts), source) + np.take(self.index, offset)
 
     def taken(self, local: int) -> np.ndarray:
         """Samples of each source among the first `local` positions."""
@@ -119,7 +128,7 @@ def quota_pattern(counts: tuple[int, ...]) -> MixPattern:
     before = np.zeros((sources, period + 1), dtype=np.int64)
     for s in range(sources):
         before[s, 1:] = np.cumsum(order == s)
-    return MixPattern(counts, order, before)
+    return MixPattern(counts, order, before, before[order, np.arange(period)])
 
 
 @dataclass(frozen=True)
@@ -201,14 +210,31 @@ def source_seed(seed: int, name: str) -> int:
 
 # --- reading --------------------------------------------------------------------------------------
 
-class _SourceRows:
-    """One source's rows at increasing source positions, for one rank: the windows of its passes
-    are read in order from the first position asked for (row groups ahead, by RowGroupReads); each
-    take() gathers the asked rows from the row groups holding them (a window's row groups are never
-    concatenated: one copy less of every row)."""
+class _Arena:
+    """The rows of every source's windows being read, one array per column, so that a chunk is one
+    gather from it, as a single dataset's window is: source s owns the rows [base_s, base_s + size_s),
+    a ring its windows are copied into (row groups in file order) at their source positions modulo
+    size_s. Columns are allocated at the first row group read."""
 
-    def __init__(self, spec: ReaderSpec, first: int):
-        self.spec = spec
+    def __init__(self, sizes: list[int]):
+        self.sizes = sizes
+        self.bases = [0, *itertools.accumulate(sizes)][:-1]
+        self.columns: dict[str, np.ndarray] = {}
+
+    def column(self, name: str, like: np.ndarray) -> np.ndarray:
+        if name not in self.columns:
+            self.columns[name] = np.empty((sum(self.sizes), *like.shape[1:]), dtype=like.dtype)
+        return self.columns[name]
+
+
+class _SourceRing:
+    """One source's rows at increasing source positions, for one rank: the windows of its passes
+    are read in order from the first position asked for (row groups ahead, by RowGroupReads) and
+    copied into the source's ring of the arena; slots() says where each asked row lies there."""
+
+    def __init__(self, spec: ReaderSpec, first: int, arena: _Arena, source: int):
+        self.spec, self.arena = spec, arena
+        self.base, self.size = arena.bases[source], arena.sizes[source]
         self.rows = plan_epoch(spec, 0).rows
         self.sizes = spec.row_group_rows
         first_pass, offset = divmod(first, self.rows)
@@ -216,8 +242,7 @@ class _SourceRows:
         first_window = int(np.searchsorted(plan.window_starts, offset, side="right")) - 1
         self._windows = self._walk(first_pass, first_window)
         self._reads = RowGroupReads(spec, (i for w in self._walk(first_pass, first_window) for i in w[2] if self.sizes[i]))
-        # The window being read: (first source position, stop, its row groups' columns, their bounds, its order).
-        self._current: tuple[int, int, list[dict[str, np.ndarray]], np.ndarray, np.ndarray | None] | None = None
+        self._live: deque[tuple[int, int, np.ndarray | None]] = deque()  # windows in the ring: (start, stop, order)
 
     def _walk(self, first_pass: int, first_window: int) -> Iterator[tuple[int, int, tuple[int, ...], int]]:
         """(pass, window, row groups, the window's first source position), without end."""
@@ -228,36 +253,53 @@ class _SourceRows:
                 yield number, window, plan.windows[window], number * self.rows + plan.window_starts[window]
             number += 1
 
-    def _advance(self) -> None:
+    def _load(self) -> None:
         number, window, groups, start = next(self._windows)
-        read = [self._reads.next() for i in groups if self.sizes[i]]  # the window's row groups, not concatenated
-        bounds = np.cumsum([0, *(self.sizes[i] for i in groups if self.sizes[i])])
-        self._current = (start, start + int(bounds[-1]), read, bounds, window_order(self.spec, number, window, int(bounds[-1])))
+        stop = start + sum(self.sizes[i] for i in groups)
+        if self._live and stop - self.size > self._live[0][0]:
+            raise AssertionError(f"source ring of {self.size} rows cannot hold [{self._live[0][0]}, {stop})")
+        position = start
+        for i in groups:
+            if self.sizes[i]:
+                for name, values in self._reads.next().items():
+                    self._write(self.arena.column(name, values), position, values)
+                position += self.sizes[i]
+        self._live.append((start, stop, window_order(self.spec, number, window, stop - start)))
 
-    def take(self, positions: np.ndarray) -> list[tuple[dict[str, np.ndarray], np.ndarray]]:
-        """The rows at positions (ascending) as parts: (columns, the indexes into positions they are
-        for), a part per row group they come from; the caller puts them in order with one gather."""
-        parts, lo = [], 0
-        while lo < len(positions):
-            while self._current is None or positions[lo] >= self._current[1]:
-                self._advance()
-            start, stop, groups, bounds, order = self._current
-            if positions[lo] < start:
-                raise AssertionError(f"source position {positions[lo]} is behind the window at {start}")
+    def _write(self, column: np.ndarray, position: int, values: np.ndarray) -> None:
+        """Copy rows to the ring at position (modulo its size): in two parts where it wraps."""
+        at = position % self.size
+        head = min(len(values), self.size - at)
+        np.copyto(column[self.base + at:self.base + at + head], values[:head])  # several times faster than a[i:j] = v
+        if head < len(values):
+            np.copyto(column[self.base:self.base + len(values) - head], values[head:])
+
+    def slots(self, positions: np.ndarray) -> np.ndarray:
+        """The arena rows holding the rows at positions (ascending), loading windows as far as the last."""
+        while self._live and self._live[0][1] <= positions[0]:
+            self._live.popleft()  # done with: its rows may be overwritten now
+        while not self._live or self._live[-1][1] <= positions[-1]:
+            self._load()
+        slots, lo = np.empty(len(positions), dtype=np.int64), 0
+        for start, stop, order in self._live:
             hi = int(np.searchsorted(positions, stop, side="left"))
-            rows = positions[lo:hi] - start
-            rows = rows if order is None else order[rows]
-            group_of = np.searchsorted(bounds, rows, side="right") - 1
-            for number, columns in enumerate(groups):
-                chosen = np.flatnonzero(group_of == number)
-                if len(chosen):
-                    offsets = rows[chosen] - bounds[number]
-                    parts.append(({name: np.take(values, offsets, axis=0) for name, values in columns.items()}, lo + chosen))
+            if hi > lo:
+                rows = positions[lo:hi] - start
+                slots[lo:hi] = start + (rows if order is None else np.take(order, rows))
             lo = hi
-        return parts
+        if positions[0] < self._live[0][0]:
+            raise AssertionError(f"source position {positions[0]} is behind the window at {self._live[0][0]}")
+        return self.base + slots % self.size
 
     def close(self) -> None:
         self._reads.close()
+
+
+def ring_rows(spec: ReaderSpec, span: int) -> int:
+    """Rows a source's ring needs when a chunk spans `span` global positions: the live windows cover
+    the chunk's rows of the source plus at most a window's rows either side."""
+    window = sum(sorted(spec.row_group_rows, reverse=True)[:spec.num_shuffle_row_groups])
+    return span + 2 * window
 
 
 @dataclass(frozen=True)
@@ -296,8 +338,9 @@ def _mixture_stream(plan: MixturePlan, epoch: int, start_batch: int, num_epochs:
     position order, with the SOURCE_COLUMN saying whose each is. Batches are assembled a chunk of
     them at a time (within an epoch), the next chunk on an assembler thread while this one's
     batches are handed out as views of it."""
-    readers: list[_SourceRows | None] = [None] * len(plan.specs)  # each opened at its first position asked for
-    per_chunk = max(1, CHUNK_ROWS // plan.batch_size)
+    per_chunk = max(1, CHUNK_ROWS // (plan.batch_size * plan.world_size))
+    arena = _Arena([ring_rows(spec, per_chunk * plan.batch_size * plan.world_size) for spec in plan.specs])
+    readers: list[_SourceRing | None] = [None] * len(plan.specs)  # each opened at its first position asked for
 
     def chunks() -> Iterator[tuple[int, int, int]]:  # (epoch, first batch, batches)
         number, batch, first = epoch, start_batch, True
@@ -312,25 +355,15 @@ def _mixture_stream(plan: MixturePlan, epoch: int, start_batch: int, num_epochs:
 
     def assemble(number: int, batch: int, count: int) -> dict[str, np.ndarray]:  # on the assembler thread, in order
         sources, positions = locate(plan.segments, plan.rank_positions(number, batch, count))
-        # Each source's rows in one gather, stacked source after source, then one gather back into
-        # position order: numpy's gathers are several times faster than a scatter into place.
-        by_source = np.argsort(sources, kind="stable")
-        parts, targets, start = [], [], 0
-        for s, rows in enumerate(np.bincount(sources, minlength=len(plan.specs))):
-            if rows:
-                mine = by_source[start:start + rows]  # this source's chunk rows, in position order
+        slots = np.empty(len(positions), dtype=np.int64)
+        for s in range(len(plan.specs)):
+            mine = np.flatnonzero(sources == s)  # this source's chunk rows, in position order
+            if len(mine):
                 if readers[s] is None:
-                    readers[s] = _SourceRows(plan.specs[s], int(positions[mine[0]]))
-                for columns, indexes in readers[s].take(positions[mine]):
-                    parts.append(columns)
-                    targets.append(mine[indexes])
-                start += rows
-        stacked = _concat(parts)
-        back = np.empty(len(positions), dtype=np.int64)
-        back[np.concatenate(targets)] = np.arange(len(positions))
-        columns = {name: np.take(values, back, axis=0) for name, values in stacked.items()}
-        columns[SOURCE_COLUMN] = sources.astype(np.int64)
-        return columns
+                    readers[s] = _SourceRing(plan.specs[s], int(positions[mine[0]]), arena, s)
+                slots[mine] = readers[s].slots(np.take(positions, mine))
+        # One gather per column, from the windows' rows straight into position order.
+        return {**{name: np.take(rows, slots, axis=0) for name, rows in arena.columns.items()}, SOURCE_COLUMN: sources}
 
     assembler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shardline-mixture")
     todo = chunks()

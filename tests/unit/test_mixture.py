@@ -125,6 +125,31 @@ def test_resume_on_another_process_count_continues_the_same_global_stream(tmp_pa
     assert len(first) == len(rest) == 80 and first + rest == expected[:160]
 
 
+def _columns(batches) -> list[tuple[int, str, list[int]]]:
+    return [(int(s), i, ids.tolist()) for b in batches
+            for s, i, ids in zip(b[mixture.SOURCE_COLUMN], b[contract.ID_COLUMN], b[contract.INPUT_IDS])]
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_small_chunks_wrap_each_sources_ring_and_give_the_same_stream(tmp_path, monkeypatch, world_size):
+    # Row groups of 24/24/48 rows and fewer: with 16-row chunks the windows of three passes go
+    # round each source's ring of the arena several times.
+    sources = _sources(tmp_path)
+    with contextlib.closing(MixtureLoader(_plan(sources), num_prefetch=2, num_epochs=3)) as whole:
+        expected = [_columns(list(whole)) for _ in range(3)]
+    monkeypatch.setattr(mixture, "CHUNK_ROWS", 16)
+    loaders = [MixtureLoader(_plan(sources, world_size, rank, 8 // world_size), num_prefetch=2, num_epochs=3)
+               for rank in range(world_size)]
+    for epoch in range(3):
+        streams = [iter(loader) for loader in loaders]
+        got = [row for batches in zip(*streams) for batch in batches for row in _columns([batch])]
+        assert got == expected[epoch]
+    rings = [mixture.ring_rows(spec, 16) for spec in loaders[0].plan.specs]
+    assert all(taken > ring for taken, ring in zip(loaders[0].taken(), rings))  # each ring went round
+    for loader in loaders:
+        loader.close()
+
+
 def test_a_weight_change_on_resume_is_a_new_segment_from_that_position(tmp_path):
     sources = _sources(tmp_path)
     loader = MixtureLoader(_plan(sources), num_prefetch=2, num_epochs=1)
