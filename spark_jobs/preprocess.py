@@ -29,7 +29,7 @@ from pipeline import contract, inputs, jvm_archive, sources, storage
 from pipeline.config import ConfigError, ShardlineConfig, load_config, save_config
 from pipeline.errors import ShardlineError
 from pipeline.tokenizer import backend_json, load_tokenizer, train_tokenizer
-from spark_jobs import clean, encode, read, shard, split
+from spark_jobs import clean, encode, input_count, read, shard, split
 from spark_jobs.manifest import begin_build, publish, remove_unlisted, versions
 from spark_jobs.manifest import split_stats as split_stats_of
 from spark_jobs.progress import SparkProgress
@@ -210,6 +210,11 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
     rejects_files = shard.write_rejects(rejected, dataset_dir, "zstd", build_id) if num_rejected else []
     rejects_by_reason = shard.rejects_by_reason(rejects_files)
     lap("read_clean")
+    # Each file's records counted again, whole and apart from the read pass: a record lost while
+    # reading fails the job here, before the tokenizer runs.
+    input_count.check_input_counts(input_count.count_input(spark, config.data, files), input_count.read_per_file(records),
+                                   files, read.detect_format(files, config.data.format), dataset_dir)
+    lap("count_input")
 
     tokenizer = prepare_tokenizer(config, good.select(read.TEXT), input_records - num_rejected)
     with storage.staged_local_dir(storage.join(dataset_dir, "tokenizer")) as staging:

@@ -120,7 +120,7 @@ def read_corpus(spark: SparkSession, cfg: DataConfig, files: list[storage.FileEn
         return _read_lines(spark, cfg, fmt, files, clean_text)
     if fmt == "csv":
         _check_csv_headers(cfg, files)
-        return _read_per_file(spark, files, _CsvFile(cfg), clean_text)
+        return _read_per_file(spark, files, CsvFile(cfg), clean_text)
     _check_parquet_schemas(cfg, files)
     return _read_per_file(spark, files, _ParquetFile(cfg), clean_text)
 
@@ -164,7 +164,7 @@ def _read_per_file(spark: SparkSession, files: list[storage.FileEntry], parse,
     return spark.range(len(uris), numPartitions=max(1, len(uris))).mapInArrow(read_files, RECORD_SCHEMA)
 
 
-class _CsvFile:
+class CsvFile:
     """A csv file with a header row: quoted fields may span lines; a row whose field count differs
     from the header's, or that the csv module cannot parse, is malformed_record; undecodable bytes
     are invalid_utf8 (Spark's reader would silently turn them into U+FFFD)."""
@@ -184,7 +184,7 @@ class _CsvFile:
             rows = csv.reader(text, strict=True)
             try:
                 header = next(rows, None)
-            except (csv.Error, *_READ_ERRORS) as error:
+            except (csv.Error, *READ_ERRORS) as error:
                 yield _reject("malformed_record", source, None, f"header: {error}")
                 return
             if header is None:
@@ -199,7 +199,7 @@ class _CsvFile:
                 except csv.Error as error:
                     yield _reject("malformed_record", source, None, f"line {rows.line_num}: {error}")
                     continue
-                except _READ_ERRORS as error:
+                except READ_ERRORS as error:
                     yield _error_reject(error, source, None)
                     return
                 if not any(field.strip() for field in row):
@@ -322,10 +322,10 @@ def _read_lines(spark: SparkSession, cfg: DataConfig, fmt: str, files: list[stor
 
 
 # A record from a chunk: (raw bytes, offset), or (exception, offset) when the file could not be read on.
-_READ_ERRORS = (OSError, EOFError, zlib.error, ValueError)  # gzip: BadGzipFile is an OSError
+READ_ERRORS = (OSError, EOFError, zlib.error, ValueError)  # gzip: BadGzipFile is an OSError
 
 
-def _open(uri: str):
+def open_decompressed(uri: str):
     raw = storage.open_binary(uri)
     if uri.endswith(".gz"):
         return gzip.open(raw, "rb")
@@ -343,7 +343,7 @@ def read_chunk_lines(path: str, start: int, end: int) -> Iterator[tuple[bytes | 
     """
     offset = start
     try:
-        with _open(path) as handle:
+        with open_decompressed(path) as handle:
             if start > 0:
                 # The line running across `start` belongs to the previous chunk.
                 handle.seek(start - 1)
@@ -359,15 +359,15 @@ def read_chunk_lines(path: str, start: int, end: int) -> Iterator[tuple[bytes | 
                 offset += len(line)
             if empty and start == 0:
                 yield EmptyFile(), 0
-    except _READ_ERRORS as error:
+    except READ_ERRORS as error:
         yield error, offset
 
 
 def _whole_file(path: str) -> Iterator[tuple[bytes | Exception, int]]:
     try:
-        with _open(path) as handle:
+        with open_decompressed(path) as handle:
             data = handle.read()
-    except _READ_ERRORS as error:
+    except READ_ERRORS as error:
         yield error, 0
         return
     yield (data if data else EmptyFile()), 0

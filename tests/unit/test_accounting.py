@@ -1,8 +1,11 @@
-"""The job's own accounting check (spark_jobs.preprocess.check_accounting), without Spark."""
+"""The job's own accounting checks (spark_jobs.preprocess.check_accounting, and the input counted
+apart from the read pass, spark_jobs.input_count.check_input_counts), without Spark."""
 import pytest
 
 pytest.importorskip("pyspark")  # spark_jobs imports it; the Spark-free test environment has none
 
+from pipeline.storage import FileEntry
+from spark_jobs.input_count import FileCount, InputCountError, check_input_counts
 from spark_jobs.preprocess import AccountingError, check_accounting
 
 
@@ -14,3 +17,32 @@ def test_a_record_missing_from_every_term_is_refused_naming_each_term():
     with pytest.raises(AccountingError, match=r"not published: input_records 10 != documents 6 \+ rejected 2 \+ "
                                               r"duplicates_removed 1 \(\+1 records unaccounted for\).* in s for"):
         check_accounting(10, documents=6, rejected=2, duplicates=1, dataset_dir="s")
+
+
+def _entry(name: str, size: int) -> FileEntry:
+    return FileEntry(uri=f"/in/{name}", size=size, mtime_ns=None)
+
+
+def test_input_counts_that_match_pass():
+    files = [_entry("a.jsonl", 100), _entry("b.jsonl.gz", 40)]
+    counted = {"file:///in/a.jsonl": FileCount(7, 100), "file:///in/b.jsonl.gz": FileCount(3, 250)}
+    check_input_counts(counted, {"file:///in/a.jsonl": (7, 0), "file:///in/b.jsonl.gz": (3, 1)}, files, "jsonl", "s")
+
+
+def test_a_file_read_short_or_not_counted_whole_is_refused_naming_it():
+    files = [_entry("a.jsonl", 100), _entry("b.jsonl", 50)]
+    counted = {"file:///in/a.jsonl": FileCount(7, 100), "file:///in/b.jsonl": FileCount(2, 49)}
+    with pytest.raises(InputCountError, match=r"not published: file:///in/a.jsonl: 7 records in the file, 8 read \(\+1\); "
+                                              r"file:///in/b.jsonl: 2 records in the file, 0 read \(-2\); "
+                                              r"file:///in/b.jsonl: 49 of its 50 bytes counted\. .* in s for"):
+        check_input_counts(counted, {"file:///in/a.jsonl": (8, 0)}, files, "jsonl", "s")
+
+
+def test_a_parquet_file_with_a_damaged_row_group_may_hold_fewer_read_records_never_more():
+    files = [_entry("a.parquet", 1000)]
+    counted = {"file:///in/a.parquet": FileCount(300, -1)}
+    check_input_counts(counted, {"file:///in/a.parquet": (101, 1)}, files, "parquet", "s")  # 100 rows, then the reject
+    with pytest.raises(InputCountError, match="302 records read, more than the 300 its footer lists"):
+        check_input_counts(counted, {"file:///in/a.parquet": (302, 1)}, files, "parquet", "s")
+    with pytest.raises(InputCountError, match="300 records in the file, 299 read"):
+        check_input_counts(counted, {"file:///in/a.parquet": (299, 0)}, files, "parquet", "s")
