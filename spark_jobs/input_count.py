@@ -51,6 +51,7 @@ def count_file(uri: str, fmt: str, cfg: DataConfig) -> FileCount:
             return FileCount(1, -1)  # the read pass's one corrupt_file reject
     if fmt == "csv":
         return FileCount(sum(1 for _ in read.CsvFile(cfg)(uri)), -1)
+    one_per_file = cfg.doc_per_file and fmt == "text"
     records = size = 0
     try:
         with read.open_decompressed(uri) as handle:
@@ -58,10 +59,8 @@ def count_file(uri: str, fmt: str, cfg: DataConfig) -> FileCount:
                 size += len(line)
                 records += bool(line.strip())
     except read.READ_ERRORS:
-        return FileCount(1 if cfg.doc_per_file and fmt == "text" else records + 1, size)
-    if cfg.doc_per_file and fmt == "text":
-        return FileCount(1, size)
-    return FileCount(records if size else 1, size)
+        records += 1  # the error ends the file as one more record
+    return FileCount(1 if one_per_file or not size and not records else records, size)
 
 
 def count_input(spark: SparkSession, cfg: DataConfig, files: list[storage.FileEntry]) -> dict[str, FileCount]:
