@@ -22,7 +22,8 @@ def test_lines_mode_prints_the_running_stage_and_its_tasks(spark, monkeypatch, c
     assert lines and all(pattern.match(line) for line in lines), lines
 
 
-def test_bar_mode_redraws_one_line_and_clears_it_for_other_output(spark, capsys):
+def test_bar_mode_redraws_one_line_and_clears_it_for_other_output(spark, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # the line is cut to the terminal's width: this one fits whole
     with SparkProgress(spark.sparkContext, mode="bar"):
         job = threading.Thread(target=_slow_job, args=(spark,))
         job.start()
