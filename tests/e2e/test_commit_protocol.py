@@ -17,7 +17,7 @@ from pipeline.config import build_config, save_config
 from pipeline.demo import stdlib_docstrings, write_jsonl
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FAULTS = Path(__file__).resolve().parent / "faults"
+FAULTS = Path(__file__).resolve().parent / "faults" / "commit"
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,8 @@ KILL_POINTS = int(os.environ.get("SHARDLINE_KILL_POINTS", "1"))  # more with SHA
 
 
 @pytest.mark.parametrize("point", range(KILL_POINTS))
-def test_sigkill_at_a_random_moment_never_publishes_a_partial_dataset(corpus_and_tokenizer, reference, tmp_path, point):
+def test_sigkill_at_a_random_moment_never_publishes_a_partial_dataset(corpus_and_tokenizer, reference, tmp_path, point,
+                                                                     test_seed):
     import random
 
     _, corpus, tokenizer = corpus_and_tokenizer
@@ -164,7 +165,7 @@ def test_sigkill_at_a_random_moment_never_publishes_a_partial_dataset(corpus_and
     started = time.monotonic()
     _submit(config, tmp_path)  # one whole run first: how long a run takes on this machine right now
     duration = time.monotonic() - started
-    delay = random.Random().uniform(0, duration)
+    delay = random.Random(test_seed + point).uniform(0, duration)  # the moment's share of the run is the seed's
     process = _submit(config, tmp_path, wait=False)
     time.sleep(delay)
     os.killpg(process.pid, signal.SIGKILL)
