@@ -169,37 +169,14 @@ print(json.dumps({"run_id": run.run_id, "logical_date": run.logical_date, "state
 """
 
 
-def test_a_run_without_logical_date_uses_its_run_id_for_every_task(airflow_env, dated_run):
-    """... and trains with the spark launcher: TorchDistributor on the config's spark.master (local[2])."""
+def test_a_manual_mixture_run_without_logical_date_builds_each_source_in_its_run_id_dir_and_trains_on_spark(
+        airflow_env, tmp_path):
+    """A manually triggered run (no logical date) of a mixture config, trained with the spark launcher:
+    every task uses the run id's directory; one mapped Spark task builds the first source (it trains
+    the tokenizer), then one task for each of the other two; TorchDistributor trains on the mix on the
+    config's spark.master (local[2]); evaluate reports each source."""
     import re
 
-    tmp_path, _, conf, first = dated_run
-    assert first.returncode == 0, (first.stdout + first.stderr)[-5000:]
-    conf = json.dumps({**json.loads(conf), "train_launcher": "spark"})
-    result = subprocess.run([str(AIRFLOW_VENV / "bin" / "python"), "-c", TRIGGER_WITHOUT_LOGICAL_DATE,
-                             str(DAGS_FOLDER), conf], env=airflow_env, cwd=REPO_ROOT, capture_output=True, text=True,
-                            timeout=600)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-5000:]
-    run = json.loads(result.stdout.strip().splitlines()[-1])
-    assert run["logical_date"] is None and run["state"].endswith("success"), run
-    assert run["run_id"].startswith("manual__2026-01-02T00:00:00+00:00")  # Airflow adds a random suffix
-    run_dir = tmp_path / "runs" / re.sub(r"[^A-Za-z0-9._-]", "-", run["run_id"])
-    assert sorted(path.name for path in (tmp_path / "runs").iterdir()) == sorted([DS, run_dir.name])
-    assert re.search(rf"--set run_dir={re.escape(str(run_dir))}(\s|$)", output, re.M)  # spark-submit's arguments
-    # Every task used that one directory: the dataset, the model and the evaluation are all in it.
-    assert (run_dir / "dataset" / "_SUCCESS").exists() and (run_dir / "model" / "lineage.json").exists()
-    evaluation = json.loads((run_dir / "eval.json").read_text())
-    assert evaluation["split"] == "test" and evaluation["examples"] > 0
-    assert "--set train.launcher=spark" in output
-    train_log = (run_dir / "logs" / "train.log").read_text()
-    assert "-m spark_jobs.train_on_spark --config" in train_log.splitlines()[0]
-    assert "TorchDistributor finished" in train_log
-
-
-def test_a_mixture_config_runs_a_spark_task_per_source_and_trains_on_the_mix(airflow_env, tmp_path):
-    """train.datasets with three inputs: one mapped Spark task builds the first source (it trains the
-    tokenizer), then one task for each of the other two; train and evaluate report each source."""
     records = stdlib_docstrings()[::8]
     recipe = yaml.safe_load((REPO_ROOT / "configs" / "demo.yaml").read_text())
     recipe["run_dir"] = str(tmp_path / "unused")
@@ -211,16 +188,29 @@ def test_a_mixture_config_runs_a_spark_task_per_source_and_trains_on_the_mix(air
         for number, (name, weight) in enumerate(weights.items())])
     config = tmp_path / "mixture.yaml"
     config.write_text(yaml.safe_dump(recipe))
-    conf = json.dumps({"config": str(config), "run_root": str(tmp_path / "runs"),
+    conf = json.dumps({"config": str(config), "run_root": str(tmp_path / "runs"), "train_launcher": "spark",
                        "shardline": f"{sys.executable} -m pipeline.cli"})
-    result = airflow(airflow_env, "dags", "test", "shardline", "2026-01-03", "-c", conf, timeout=600)
+    result = subprocess.run([str(AIRFLOW_VENV / "bin" / "python"), "-c", TRIGGER_WITHOUT_LOGICAL_DATE,
+                             str(DAGS_FOLDER), conf], env=airflow_env, cwd=REPO_ROOT, capture_output=True, text=True,
+                            timeout=900)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-5000:]
-    run_dir = tmp_path / "runs" / "2026-01-03"
+    run = json.loads(result.stdout.strip().splitlines()[-1])
+    assert run["logical_date"] is None and run["state"].endswith("success"), run
+    assert run["run_id"].startswith("manual__2026-01-02T00:00:00+00:00")  # Airflow adds a random suffix
+    run_dir = tmp_path / "runs" / re.sub(r"[^A-Za-z0-9._-]", "-", run["run_id"])
+    assert [path.name for path in (tmp_path / "runs").iterdir()] == [run_dir.name]
+    assert re.search(rf"--set run_dir={re.escape(str(run_dir))}(\s|$)", output, re.M)  # spark-submit's arguments
+    # Every task used that one directory: each source's dataset, the model and the evaluation.
     for name in weights:
         assert f"preprocess: wrote {run_dir / 'sources' / name / 'dataset'}" in output
+        assert (run_dir / "sources" / name / "dataset" / "_SUCCESS").exists()
     assert output.count("--source web") >= 1 and "--source code" in output and "--source books" in output
-    assert not (run_dir / "dataset").exists()
+    assert not (run_dir / "dataset").exists() and (run_dir / "model" / "lineage.json").exists()
     evaluation = json.loads((run_dir / "eval.json").read_text())
     assert evaluation["weights"] == weights and set(evaluation["sources"]) == set(weights)
     assert all(evaluation["sources"][name]["examples"] > 0 for name in weights)
+    assert "--set train.launcher=spark" in output
+    train_log = (run_dir / "logs" / "train.log").read_text()
+    assert "-m spark_jobs.train_on_spark --config" in train_log.splitlines()[0]
+    assert "TorchDistributor finished" in train_log
