@@ -15,7 +15,9 @@ _TIERS = ("unit", "spark", "e2e", "fuzz")
 
 # Every random choice of a test (a kill moment, a generated corpus) comes from this one seed: set
 # SHARDLINE_TEST_SEED to rerun a failure exactly; unset, each run draws a fresh one, said on failure.
-TEST_SEED = int(os.environ.get("SHARDLINE_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+# Put back into the environment so pytest-xdist's workers, started after this import, share it.
+os.environ["SHARDLINE_TEST_SEED"] = os.environ.get("SHARDLINE_TEST_SEED") or str(int.from_bytes(os.urandom(4), "little"))
+TEST_SEED = int(os.environ["SHARDLINE_TEST_SEED"])
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -33,12 +35,22 @@ def test_seed(request) -> int:
     return TEST_SEED
 
 
+def _tier(item) -> str | None:
+    return next((tier for tier in _TIERS if item.get_closest_marker(tier)), None)
+
+
 def pytest_collection_modifyitems(items):
-    # The tier is the directory a test lives in: tests/unit, tests/spark, tests/e2e, tests/fuzz.
+    # The tier is the directory a test lives in (tests/unit, tests/spark, tests/e2e, tests/fuzz),
+    # unless the test names its own: a spark-submit run kept beside the in-session build it checks
+    # is marked e2e, so `make test-quick` (-m "unit or spark") leaves it out.
     for item in items:
-        tier = Path(str(item.fspath)).parent.name
-        if tier in _TIERS:
-            item.add_marker(getattr(pytest.mark, tier))
+        directory = Path(str(item.fspath)).parent.name
+        if _tier(item) is None and directory in _TIERS:
+            item.add_marker(getattr(pytest.mark, directory))
+    # Slowest tier first (a stable sort keeps each file's own order): with `pytest -n 2 --dist
+    # loadfile` the long subprocess files start at once and the many short ones fill in the end.
+    slowest_first = {"e2e": 0, "fuzz": 1, "spark": 2, "unit": 3}
+    items.sort(key=lambda item: slowest_first.get(_tier(item), 4))
 
 
 @pytest.fixture(scope="session")

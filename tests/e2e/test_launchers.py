@@ -20,7 +20,7 @@ from pipeline.demo import write_jsonl
 from spark_jobs.preprocess import build_dataset
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FAULTS = Path(__file__).resolve().parent / "faults"
+FAULTS = Path(__file__).resolve().parent / "faults" / "training"
 TRAIN = {"model": "mlp", "epochs": 2, "batch_size": 8, "optimizer": "adamw", "lr": 0.005, "log_every": 1,
          "record_sample_ids": True, "embedding_dim": 16, "hidden_size": 32, "num_reader_workers": 1}
 TIMEOUT_S = 400  # every subprocess: a hang fails the test instead of stalling it

@@ -88,6 +88,7 @@ def test_blocks_are_full_and_boundaries_are_marked(packed):
     assert 0 < padding < 2 * 3 * MAX_LENGTH
 
 
+@pytest.mark.e2e  # spark-submit in its own JVM
 def test_a_fresh_run_dir_on_local_1_builds_the_same_bpe_dataset(packed, submit_preprocess, contents_of, tmp_path):
     # The byte-level BPE tokenizer is trained again in another JVM and Python process.
     config, _, _ = packed

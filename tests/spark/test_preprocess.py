@@ -267,6 +267,7 @@ def test_written_rows_are_the_padded_encoding_of_the_documents(spark, built):
 
 
 
+@pytest.mark.e2e  # spark-submit in its own JVM
 def test_fresh_run_dirs_on_local_1_and_local_2_build_the_same_dataset(spark, built, submit_preprocess, contents_of,
                                                                         tmp_path):
     # A trained (wordpiece) tokenizer, two more fresh run_dirs: one on the shared local[2] session,

@@ -1,5 +1,5 @@
-"""Fault injection for the commit-protocol tests, loaded by every Python process started with this
-directory on PYTHONPATH (the Spark driver and its Python workers). Product code has no hook: this
+"""Fault injection for the commit-protocol tests (test_commit_protocol.py), loaded by every Python
+process started with this directory on PYTHONPATH (the Spark driver and its Python workers). Product code has no hook: this
 wraps pipeline.storage.write_bytes from outside, inside Spark tasks only.
 
 SHARDLINE_FAULT=fail-first-attempt: attempt 0 of the task of partition 0 raises right after

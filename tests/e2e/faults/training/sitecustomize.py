@@ -1,5 +1,5 @@
-"""Fault injection for the distributed-training tests, loaded by every Python process started with
-this directory on PYTHONPATH. Product code has no hook: this wraps training.loop's functions from
+"""Fault injection for the distributed-training tests (test_launchers.py), loaded by every Python
+process started with this directory on PYTHONPATH. Product code has no hook: this wraps training.loop's functions from
 outside, only in the training process whose RANK (set by torchrun) is SHARDLINE_FAULT_RANK.
 
 SHARDLINE_FAULT=slow-eval: that rank's validation pass starts SHARDLINE_FAULT_SLEEP_S seconds late
