@@ -131,10 +131,14 @@ def _wanted_columns(cfg: DataConfig) -> list[str]:
 
 def _check_csv_headers(cfg: DataConfig, files: list[storage.FileEntry]) -> None:
     for entry in files:
-        if entry.size == 0:
-            continue  # an empty file is one empty_file reject, not a configuration problem
-        with storage.open_binary(entry.uri) as raw:
-            header = next(csv.reader(io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")), [])
+        try:
+            with open_decompressed(entry.uri) as handle:
+                text = io.TextIOWrapper(handle, encoding="utf-8", errors="replace", newline="")
+                header = next(csv.reader(text), None)
+        except (csv.Error, *READ_ERRORS):
+            continue  # a damaged file is rejected by the read pass, not a configuration problem
+        if header is None:
+            continue  # so is an empty one (no bytes, or none once decompressed): one empty_file reject
         missing = [c for c in _wanted_columns(cfg) if c not in header]
         if missing:
             raise InputError(f"{entry.uri} has no column(s) {missing}; its header is {header}")
@@ -165,9 +169,10 @@ def _read_per_file(spark: SparkSession, files: list[storage.FileEntry], parse,
 
 
 class CsvFile:
-    """A csv file with a header row: quoted fields may span lines; a row whose field count differs
-    from the header's, or that the csv module cannot parse, is malformed_record; undecodable bytes
-    are invalid_utf8 (Spark's reader would silently turn them into U+FFFD)."""
+    """A csv file with a header row (`.gz` and `.bz2` decompressed, as line files are): quoted fields
+    may span lines; a row whose field count differs from the header's, or that the csv module cannot
+    parse, is malformed_record; undecodable bytes are invalid_utf8 (Spark's reader would silently
+    turn them into U+FFFD); a decompression error ends the file as one corrupt_file record."""
 
     def __init__(self, cfg: DataConfig):
         self.cfg = cfg
@@ -175,7 +180,7 @@ class CsvFile:
     def __call__(self, uri: str) -> Iterator[tuple]:
         source = storage.as_uri(uri)
         try:
-            raw = storage.open_binary(uri)
+            raw = open_decompressed(uri)
         except OSError as error:
             yield _error_reject(error, source, 0)
             return
@@ -184,8 +189,11 @@ class CsvFile:
             rows = csv.reader(text, strict=True)
             try:
                 header = next(rows, None)
-            except (csv.Error, *READ_ERRORS) as error:
+            except csv.Error as error:
                 yield _reject("malformed_record", source, None, f"header: {error}")
+                return
+            except READ_ERRORS as error:
+                yield _error_reject(error, source, 0)
                 return
             if header is None:
                 yield _error_reject(EmptyFile(), source, 0)
@@ -202,8 +210,10 @@ class CsvFile:
                 except READ_ERRORS as error:
                     yield _error_reject(error, source, None)
                     return
-                if not any(field.strip() for field in row):
-                    continue  # blank lines separate records, as in text and jsonl
+                if len(row) < len(header) and not any(field.strip() for field in row):
+                    continue  # a blank line separates records, as in text and jsonl
+                # A row of the header's width is a record even when every field is blank (e.g.
+                # `"\n\t",""`): the writer meant a record, so it is counted (and rejected as empty_text).
                 yield self._record(row, header, position, source)
 
     def _record(self, row: list[str], header: list[str], position: dict[str, int], source: str) -> tuple:
