@@ -304,13 +304,13 @@ def csv_file(draw, index: int) -> CorpusFile:
     writer.writerow(["text", "label"])
     writer.writerows(rows)
     lines = [Line("csv_quoting", b"")] * len(rows)  # one record per row; content lives in `raw`
-    compression = draw(st.sampled_from(["", "", ".gz"]))
-    return _CsvFile(f"part-{index:02d}.csv{compression}", compression, lines, kinds={"csv_quoting"},
+    compression = draw(st.sampled_from(["", "", ".gz", ".bz2"]))
+    return CsvCorpusFile(f"part-{index:02d}.csv{compression}", compression, lines, kinds={"csv_quoting"},
                     raw=buffer.getvalue().encode())
 
 
 @dataclass
-class _CsvFile(CorpusFile):
+class CsvCorpusFile(CorpusFile):
     raw: bytes = b""
 
     def content(self) -> bytes:

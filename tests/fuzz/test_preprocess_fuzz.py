@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, Phase, event, example, given, seed, settings
 
 from conftest import TEST_SEED
 from dataset_reads import read_files
-from fuzz_corpora import REASONS, Corpus, CorpusFile, Line, corpora, long_line_file
+from fuzz_corpora import REASONS, Corpus, CorpusFile, CsvCorpusFile, Line, corpora, long_line_file
 from pipeline import contract, storage
 from pipeline.config import build_config
 from spark_jobs.preprocess import build_dataset
@@ -67,6 +67,19 @@ def _every_class() -> Corpus:
     return Corpus("jsonl", "classification", True, files)
 
 
+def _found_compressed_csv() -> Corpus:
+    """Found by a 200-example run (SHARDLINE_TEST_SEED=20261203): a .csv.gz was read undecompressed."""
+    def csv_file(name, raw, rows):
+        return CsvCorpusFile(name, name[name.index(".csv") + 4:], [Line("csv_quoting", b"")] * rows,
+                             kinds={"csv_quoting"}, raw=raw)
+
+    return Corpus("csv", "classification", False, [
+        csv_file("part-00.csv", b"text,label\n", 0),
+        csv_file("part-01.csv", b'"text","label"\r\n"\n\t",""\r\n"\xe9\xa9\x80b","a"\r\n', 2),
+        csv_file("part-02.csv.gz", b'"text","label"\r\n"\x16Mv\x16\xc3\xb8\xf2\xbd\xac\xb5\x13B","c"\r\n"\xc2\x84R\x06",""\r\n', 2),
+    ])
+
+
 def _config(corpus: Corpus, corpus_dir, run_dir):
     causal = corpus.task == "causal_lm"
     tokenizer = ({"kind": "bpe", "vocab_size": 300, "special_tokens": ["<pad>", "<unk>", "<s>", "</s>"]} if causal
@@ -108,6 +121,7 @@ def _documents_in_shards(dataset_dir: str, task: str) -> int:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
 )
 @example(corpus=_every_class())
+@example(corpus=_found_compressed_csv())  # each example a run found stays a fixed case
 @seed(TEST_SEED)  # fresh draws (SHARDLINE_FUZZ_EXAMPLES set) rerun exactly with SHARDLINE_TEST_SEED
 @given(corpus=corpora())
 def test_every_generated_record_is_a_document_a_reject_or_a_duplicate(spark, tmp_path_factory, contents_of, corpus):
