@@ -150,36 +150,37 @@ class GopherQualityConfig(_Strict):
     """Gopher's quality rules (Rae et al. 2021, as datatrove's GopherQualityFilter); null turns one rule off."""
 
     min_doc_words: int | None = Field(50, ge=0)
-    """Fewer words than this: removed as gopher_quality.short_doc."""
+    """Fewer words (spaCy's English tokens, punctuation-only ones left out) than this: removed as gopher_quality.short_doc."""
     max_doc_words: int | None = Field(100_000, ge=1)
     """More words than this: gopher_quality.long_doc."""
     min_avg_word_length: float | None = Field(3, ge=0)
-    """Mean word length (characters) below this: gopher_quality.below_avg_word_length."""
+    """Mean length (characters) of those words below this: gopher_quality.below_avg_word_length."""
     max_avg_word_length: float | None = Field(10, ge=0)
     """Mean word length above this: gopher_quality.above_avg_word_length."""
     max_symbol_word_ratio: float | None = Field(0.1, ge=0)
-    """Hash and ellipsis symbols per word above this: gopher_quality.too_many_hashes / too_many_ellipsis."""
+    """'#' or '...'/'…' occurrences per token (punctuation counted) above this: gopher_quality.too_many_hashes / too_many_ellipsis."""
     max_bullet_lines_ratio: float | None = Field(0.9, ge=0, le=1)
-    """Share of lines starting with a bullet above this: gopher_quality.too_many_bullets."""
+    """Share of lines starting with a bullet ('•' or '-', after indentation) above this: gopher_quality.too_many_bullets."""
     max_ellipsis_lines_ratio: float | None = Field(0.3, ge=0, le=1)
     """Share of lines ending in an ellipsis above this: gopher_quality.too_many_end_ellipsis."""
     max_non_alpha_words_ratio: float | None = Field(0.8, ge=0, le=1)
     """Words with an alphabetic character must be at least this share: gopher_quality.below_alpha_threshold."""
     min_stop_words: int | None = Field(2, ge=0)
-    """Fewer English stop words (the, be, to, of, and, that, have, with) than this: gopher_quality.few_stop_words."""
+    """Fewer distinct stop words (the, be, to, of, and, that, have, with; lowercase, as written) than this: gopher_quality.few_stop_words."""
 
 
 class GopherRepetitionConfig(_Strict):
-    """Gopher's repetition rules (as datatrove's GopherRepetitionFilter); null turns one rule off."""
+    """Gopher's repetition rules (as datatrove's GopherRepetitionFilter); null turns one rule off. An
+    empty text is removed as gopher_repetition.empty."""
 
     dup_line_frac: float | None = Field(0.3, ge=0, le=1)
-    """Share of lines that repeat an earlier line, above this: gopher_repetition.dup_line_frac."""
+    """Share of lines (split at runs of newlines) that repeat an earlier line, above this: gopher_repetition.dup_line_frac."""
     dup_para_frac: float | None = Field(0.3, ge=0, le=1)
-    """Share of paragraphs that repeat an earlier one: gopher_repetition.dup_para_frac."""
+    """Share of paragraphs (split at blank lines) that repeat an earlier one, above this: gopher_repetition.dup_para_frac."""
     dup_line_char_frac: float | None = Field(0.2, ge=0, le=1)
-    """Share of characters in repeated lines: gopher_repetition.dup_line_char_frac."""
+    """Share of the text's characters in repeated lines, above this: gopher_repetition.dup_line_char_frac."""
     dup_para_char_frac: float | None = Field(0.2, ge=0, le=1)
-    """Share of characters in repeated paragraphs: gopher_repetition.dup_para_char_frac."""
+    """Share of the text's characters in repeated paragraphs, above this: gopher_repetition.dup_para_char_frac."""
     top_n_grams: dict[int, float] = Field(default_factory=lambda: {2: 0.2, 3: 0.18, 4: 0.16})
     """n -> the most frequent word n-gram's share of characters may not exceed this: gopher_repetition.top_{n}_gram."""
     dup_n_grams: dict[int, float] = Field(
@@ -188,42 +189,45 @@ class GopherRepetitionConfig(_Strict):
 
 
 class C4QualityConfig(_Strict):
-    """C4's document rules (Raffel et al. 2020, as datatrove's C4QualityFilter). Lines the rules would
-    drop only decide whether the document is kept: shardline never rewrites a kept document."""
+    """C4's document rules (Raffel et al. 2020, as datatrove's C4QualityFilter), line by line: a line
+    that counts is one left after the line rules below (Wikipedia-style citations such as [1] taken
+    out first). Lines the rules would drop only decide whether the document is kept: shardline never
+    rewrites a kept document."""
 
     filter_no_terminal_punct: bool = True
-    """Lines not ending in terminal punctuation do not count as sentences."""
+    """Lines not ending in . ? ! " or ' (or ending in '...') do not count."""
     min_num_sentences: int | None = Field(5, ge=0)
-    """Fewer sentences (in kept lines) than this: c4.too_few_sentences."""
+    """Fewer sentences (spaCy's sentencizer, in the lines that count) than this: c4.too_few_sentences."""
     min_words_per_line: int | None = Field(3, ge=0)
-    """Lines with fewer words do not count."""
+    """Lines with fewer whitespace-separated words do not count."""
     max_word_length: int | None = Field(1000, ge=1)
     """A line with a longer word does not count."""
     filter_lorem_ipsum: bool = True
-    """'lorem ipsum' anywhere: c4.lorem_ipsum."""
+    """'lorem ipsum' (any case) in a line that passed the rules above: c4.lorem_ipsum."""
     filter_javascript: bool = True
     """Lines mentioning javascript do not count."""
     filter_curly_bracket: bool = True
-    """A '{' anywhere: c4.curly_bracket."""
+    """A '{' in a line that passed the rules above and the javascript one: c4.curly_bracket."""
     filter_policy: bool = True
     """Lines with cookie/privacy/terms-of-use phrases do not count."""
 
 
 class FineWebQualityConfig(_Strict):
-    """FineWeb's rules (Penedo et al. 2024, as datatrove's FineWebQualityFilter)."""
+    """FineWeb's rules (Penedo et al. 2024, as datatrove's FineWebQualityFilter), over the non-blank
+    lines; a text without one is removed as fineweb.empty."""
 
     line_punct_thr: float | None = Field(0.12, ge=0, le=1)
-    """Share of lines ending in terminal punctuation below this: fineweb.line_punct_ratio."""
+    """Share of lines ending in sentence-terminal punctuation (. ! ? and other scripts' marks) below this: fineweb.line_punct_ratio."""
     line_punct_exclude_zero: bool = False
     """Keep documents where no line ends in punctuation (the ratio rule then only drops above 0)."""
     short_line_thr: float | None = Field(0.67, ge=0, le=1)
-    """Share of lines shorter than short_line_length above this: fineweb.short_line_ratio."""
+    """Share of short lines (short_line_length characters or fewer) above this: fineweb.short_line_ratio."""
     short_line_length: int = Field(30, ge=1)
-    """Characters below which a line is short."""
+    """A line of at most this many characters is short."""
     char_duplicates_ratio: float | None = Field(0.01, ge=0, le=1)
-    """Share of characters in duplicated lines above this: fineweb.char_dup_ratio."""
+    """Characters in lines that repeat an earlier line, as a share of the text's characters but newlines, above this: fineweb.char_dup_ratio."""
     new_line_ratio: float | None = Field(0.3, ge=0)
-    """Newlines per word above this: fineweb.list_ratio."""
+    """Newlines per word (spaCy's English tokens) above this: fineweb.list_ratio."""
 
 
 class LanguageConfig(_Strict):

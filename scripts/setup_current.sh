@@ -16,8 +16,11 @@ fi
 if venv_stale "$venv" constraints-current.txt pyproject.toml; then
   started=$(date +%s)
   "$venv/bin/python" -m pip install -q --upgrade pip
+  # datatrove (core, no extras), with spaCy (its English word tokenizer: spacy.blank("en"), rule-based,
+  # no model to download) and regex (its text utilities): tests/current_stack/test_filter_parity.py
+  # runs datatrove's own quality filters against spark_jobs.text_filters.
   "$venv/bin/python" -m pip install -q -c constraints-current.txt numpy pyarrow torch transformers tokenizers \
-    safetensors pydantic PyYAML tqdm matplotlib tensorboard pytest boto3 'moto[server]'
+    safetensors pydantic PyYAML tqdm matplotlib tensorboard pytest boto3 'moto[server]' datatrove spacy regex
   "$venv/bin/python" -m pip install -q --no-deps -e .
   # The point of this environment: nothing of the Spark stack may creep in through a dependency.
   "$venv/bin/python" - <<'PY'
