@@ -1,0 +1,205 @@
+"""Near-duplicate removal: MinHash LSH over bands x rows, then connected components, all in Spark.
+
+Pure DataFrame -> DataFrame transforms; `near_duplicates` is the entry. The steps:
+
+1. one row per content hash, the smallest id (exact copies are one document here);
+2. MinHash signatures and band keys on the executors (`mapInArrow`, spark_jobs.minhash), exploded to
+   (band, band key, content_hash, id); a document without shingles gets no bands;
+3. each bucket (band, band key) of two or more documents gives star edges from every member to the
+   bucket's smallest (id, content_hash) - bands x rows as text-dedup's minhash_spark.py does it,
+   since Spark ML's MinHashLSH has only OR-amplification;
+4. with cfg.min_jaccard, each candidate edge is kept only when the true Jaccard similarity of its
+   two documents' shingle sets reaches it. A member is checked against its bucket's smallest
+   document only, so a member similar to another member but not to that one loses this bucket's
+   link (it is usually linked through another band);
+5. the documents that have an edge are numbered in (id, content_hash) order (a sort, then
+   monotonically_increasing_id, which grows with the sort), so the smallest number of a component
+   is the document kept; connected components by alternating large-star and small-star (Kiveris et
+   al. 2014, "Connected Components in MapReduce and Beyond"), which converges in O(log^2 n) rounds
+   (in practice a few: 4 for a random graph of 400 nodes holding a 61-node path); the loop stops
+   at ceil(log2(2 * edges + 2))^2 rounds with an error. A round is three shuffles of edges (two
+   longs each), local-checkpointed so lineage stays one round long, then one small action checks
+   whether the edges already form stars around their smallest node, which is exactly the answer.
+   Nothing but that boolean (and one count of edges) reaches the driver.
+
+Local checkpoints live on the executors: losing one mid-job fails the job (rerun it), as with any
+localCheckpoint; a big bucket (or component) is one window partition, which Spark spills to disk.
+
+The result depends only on the set of documents: which document is kept, and every number, are
+decided by the (id, content_hash) order, never by partitioning or input order.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from pipeline import contract
+from pipeline.config import NearDedupConfig
+from spark_jobs.clean import CONTENT_HASH
+from spark_jobs.minhash import EMPTY, MinHasher, jaccard
+from spark_jobs.read import TEXT
+
+ID = contract.ID_COLUMN
+KEPT_CONTENT_HASH = "kept_content_hash"  # the content hash of the document kept from the component
+# Never null in fact, but nullable as Spark infers the join keys (content_hash is nullable upstream).
+REMOVED_COLUMNS = T.StructType([
+    T.StructField(CONTENT_HASH, T.StringType()),
+    T.StructField(KEPT_CONTENT_HASH, T.StringType()),
+])
+
+BAND = "_band"  # int: the band's index, 0 .. num_bands - 1
+BAND_KEY = "_band_key"  # long: the hash of the band's rows_per_band signature values
+ROOT_HASH, ROOT_ID = "_root_hash", "_root_id"  # the bucket's smallest document, an edge's other end
+SRC, DST = "_src", "_dst"  # an edge between two numbered documents, always SRC > DST
+_NODE = "_node"
+_BAND_SCHEMA = T.StructType([
+    T.StructField(CONTENT_HASH, T.StringType(), False),
+    T.StructField(ID, T.StringType(), False),
+    T.StructField(BAND, T.IntegerType(), False),
+    T.StructField(BAND_KEY, T.LongType(), False),
+])
+_BAND_ARROW_SCHEMA = pa.schema([pa.field(CONTENT_HASH, pa.string(), False), pa.field(ID, pa.string(), False),
+                                pa.field(BAND, pa.int32(), False), pa.field(BAND_KEY, pa.int64(), False)])
+_PAIR_COLUMNS = [CONTENT_HASH, ID, ROOT_HASH, ROOT_ID]
+
+
+def near_duplicates(docs: DataFrame, cfg: NearDedupConfig, num_partitions: int) -> DataFrame:
+    """docs: columns content_hash (string), id (string), text (string); may hold several rows
+    per content_hash (exact copies). Returns one row per content_hash to remove: every
+    member of a near-duplicate component except the kept one, the one with the smallest
+    (id, content_hash). Columns: content_hash, kept_content_hash (the component's kept doc).
+
+    Runs Spark jobs before it returns (the candidate pairs, their numbering and each round of
+    connected components are local checkpoints); the frame returned joins those back to hashes."""
+    distinct = distinct_documents(docs, num_partitions)
+    pairs = candidate_pairs(band_rows(distinct, cfg), num_partitions)
+    if cfg.min_jaccard is not None:
+        pairs = verified_pairs(pairs, distinct, cfg)
+    # Few rows (candidates only), read twice below: computed once, signatures and all.
+    nodes, edges = numbered_edges(pairs.localCheckpoint(), num_partitions)
+    stars = connected_components(edges, num_partitions)
+    removed = (
+        stars.join(nodes.select(F.col(_NODE).alias(SRC), CONTENT_HASH), SRC)
+        .join(nodes.select(F.col(_NODE).alias(DST), F.col(CONTENT_HASH).alias(KEPT_CONTENT_HASH)), DST)
+        .select(CONTENT_HASH, KEPT_CONTENT_HASH)
+    )
+    return removed.to(REMOVED_COLUMNS)
+
+
+def distinct_documents(docs: DataFrame, num_partitions: int) -> DataFrame:
+    """(content_hash, id, text), one row per content hash: its smallest id. One shuffle."""
+    kept = (docs.repartition(num_partitions, CONTENT_HASH).groupBy(CONTENT_HASH)
+            .agg(F.min(F.struct(ID, TEXT)).alias("_kept")))
+    return kept.select(CONTENT_HASH, f"_kept.{ID}", f"_kept.{TEXT}")
+
+
+def band_rows(docs: DataFrame, cfg: NearDedupConfig) -> DataFrame:
+    """(content_hash, id, band, band_key): num_bands rows per document with shingles, none without."""
+    hasher = MinHasher.from_config(cfg)
+    names = docs.columns
+
+    def bands(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            signatures = hasher.signatures(batch.column(names.index(TEXT)).to_pylist())
+            keys = hasher.band_keys(signatures)
+            has_shingles = np.flatnonzero(np.any(signatures != EMPTY, axis=1))
+            rows = pa.array(np.repeat(has_shingles, hasher.num_bands))
+            yield pa.RecordBatch.from_arrays([
+                batch.column(names.index(CONTENT_HASH)).take(rows),
+                batch.column(names.index(ID)).take(rows),
+                pa.array(np.tile(np.arange(hasher.num_bands, dtype=np.int32), len(has_shingles))),
+                pa.array(keys[has_shingles].reshape(-1)),
+            ], schema=_BAND_ARROW_SCHEMA)
+
+    return docs.mapInArrow(bands, _BAND_SCHEMA)
+
+
+def candidate_pairs(bands: DataFrame, num_partitions: int) -> DataFrame:
+    """(content_hash, id, root_hash, root_id): every document of a bucket of two or more, with the
+    bucket's smallest (id, content_hash) as its root; each pair once. One shuffle for the buckets."""
+    root = F.min(F.struct(ID, CONTENT_HASH)).over(Window.partitionBy(BAND, BAND_KEY))
+    members = bands.repartition(num_partitions, BAND, BAND_KEY).withColumn("_root", root)
+    pairs = members.where(F.struct(ID, CONTENT_HASH) != F.col("_root"))
+    return pairs.select(CONTENT_HASH, ID, F.col(f"_root.{CONTENT_HASH}").alias(ROOT_HASH),
+                        F.col(f"_root.{ID}").alias(ROOT_ID)).distinct()
+
+
+def verified_pairs(pairs: DataFrame, docs: DataFrame, cfg: NearDedupConfig) -> DataFrame:
+    """The pairs whose two documents' shingle sets have a Jaccard similarity of at least
+    cfg.min_jaccard (docs: distinct_documents, for the texts)."""
+    hasher, threshold = MinHasher.from_config(cfg), cfg.min_jaccard
+    texts = docs.select(CONTENT_HASH, TEXT)
+    joined = (pairs.join(texts, CONTENT_HASH)
+              .join(texts.select(F.col(CONTENT_HASH).alias(ROOT_HASH), F.col(TEXT).alias("_root_text")), ROOT_HASH)
+              .select(*_PAIR_COLUMNS, TEXT, "_root_text"))
+    schema = T.StructType([T.StructField(name, T.StringType(), False) for name in _PAIR_COLUMNS])
+
+    def similar(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            texts, roots = batch.column(4).to_pylist(), batch.column(5).to_pylist()
+            keep = [jaccard(hasher.shingle_set(a), hasher.shingle_set(b)) >= threshold for a, b in zip(texts, roots)]
+            yield pa.RecordBatch.from_arrays(batch.columns[:4], names=_PAIR_COLUMNS).filter(pa.array(keep, pa.bool_()))
+
+    return joined.mapInArrow(similar, schema)
+
+
+def numbered_edges(pairs: DataFrame, num_partitions: int) -> tuple[DataFrame, DataFrame]:
+    """(nodes: content_hash, _node; edges: _src, _dst): every document of a pair numbered in
+    (id, content_hash) order, and the pairs as numbers, the larger first. The numbers are pinned
+    by a local checkpoint: monotonically_increasing_id must not be recomputed on another layout."""
+    ends = pairs.select(ID, CONTENT_HASH).union(pairs.select(F.col(ROOT_ID).alias(ID), F.col(ROOT_HASH).alias(CONTENT_HASH)))
+    nodes = ends.distinct().orderBy(ID, CONTENT_HASH).withColumn(_NODE, F.monotonically_increasing_id())
+    nodes = nodes.select(CONTENT_HASH, _NODE).localCheckpoint()
+    edges = (pairs.join(nodes.select(CONTENT_HASH, F.col(_NODE).alias("_a")), CONTENT_HASH)
+             .join(nodes.select(F.col(CONTENT_HASH).alias(ROOT_HASH), F.col(_NODE).alias("_b")), ROOT_HASH)
+             .select(F.greatest("_a", "_b").alias(SRC), F.least("_a", "_b").alias(DST)))
+    return nodes, edges
+
+
+def connected_components(edges: DataFrame, num_partitions: int) -> DataFrame:
+    """(_src, _dst) edges, SRC > DST -> one edge (node, smallest node of its component) for every
+    node but the smallest. Alternates large-star and small-star until the edges are such stars;
+    raises after ceil(log2(nodes + 2))^2 rounds (the O(log^2 n) bound), which means a bug."""
+    edges = edges.repartition(num_partitions, SRC, DST).distinct().localCheckpoint()  # one shuffle
+    max_rounds = math.ceil(math.log2(2 * edges.count() + 2)) ** 2  # at most 2 nodes per edge
+    for _ in range(max_rounds):
+        if _is_star_forest(edges):
+            return edges
+        edges = _small_star(_large_star(edges)).localCheckpoint()
+    if _is_star_forest(edges):
+        return edges
+    raise RuntimeError(f"connected components did not converge in {max_rounds} large-star/small-star rounds")
+
+
+def _large_star(edges: DataFrame) -> DataFrame:
+    """Each node links its larger neighbours to the smallest of its neighbourhood and itself.
+    One shuffle (a window per node); not made distinct: small-star's distinct removes repeats."""
+    both = edges.select(F.col(SRC).alias("_u"), F.col(DST).alias("_v")).union(
+        edges.select(F.col(DST).alias("_u"), F.col(SRC).alias("_v")))
+    smallest = F.least(F.min("_v").over(Window.partitionBy("_u")), F.col("_u"))
+    return both.withColumn("_m", smallest).where(F.col("_v") > F.col("_u")).select(
+        F.col("_v").alias(SRC), F.col("_m").alias(DST))
+
+
+def _small_star(edges: DataFrame) -> DataFrame:
+    """Each node links itself and its smaller neighbours to the smallest of them. Two shuffles (a
+    window per node, then distinct)."""
+    with_smallest = edges.withColumn("_m", F.min(DST).over(Window.partitionBy(SRC)))
+    neighbours = with_smallest.where(F.col(DST) != F.col("_m")).select(F.col(DST).alias(SRC), F.col("_m").alias(DST))
+    itself = with_smallest.select(SRC, F.col("_m").alias(DST))
+    return neighbours.union(itself).distinct()
+
+
+def _is_star_forest(edges: DataFrame) -> bool:
+    """Every node has at most one edge to a smaller node, and no such smaller node has one itself:
+    each component is a star around its smallest node (SRC > DST). One shuffle, one small action."""
+    ends = edges.select(F.col(SRC).alias("_n"), F.lit(1).alias("_up")).union(
+        edges.select(F.col(DST).alias("_n"), F.lit(0).alias("_up")))
+    roles = ends.groupBy("_n").agg(F.sum("_up").alias("_ups"), F.count(F.lit(1)).alias("_edges"))
+    return roles.where((F.col("_ups") > 1) | ((F.col("_ups") == 1) & (F.col("_edges") > 1))).isEmpty()

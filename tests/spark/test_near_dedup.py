@@ -1,0 +1,158 @@
+import hashlib
+import random
+
+import pytest
+from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
+
+from pipeline.config import NearDedupConfig
+from spark_jobs.minhash import MinHasher, jaccard
+from spark_jobs.near_dedup import DST, REMOVED_COLUMNS, SRC, connected_components, near_duplicates
+
+pytestmark = pytest.mark.spark
+
+CFG = NearDedupConfig()  # FineWeb's: word 5-grams, 14 bands x 8 rows
+HASHER = MinHasher.from_config(CFG)
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def share_a_band(a: str, b: str) -> bool:
+    keys = HASHER.band_keys(HASHER.signatures([a, b]))
+    return bool((keys[0] == keys[1]).any())
+
+
+@pytest.fixture(scope="module")
+def long_texts(docstring_records):
+    """Real documents of >= 150 words (consecutive stdlib docstrings joined), no two of which share
+    a band key, so that only what a test plants can be a near-duplicate."""
+    texts, current = [], []
+    for record in docstring_records:
+        current.append(record["text"])
+        if sum(len(t.split()) for t in current) >= 150:
+            texts.append("\n\n".join(current))
+            current = []
+    seen, distinct = set(), []
+    for text, keys in zip(texts, HASHER.band_keys(HASHER.signatures(texts))):
+        bands = set(enumerate(keys.tolist()))
+        if not bands & seen:
+            seen |= bands
+            distinct.append(text)
+    assert len(distinct) >= 60
+    return distinct
+
+
+def one_word_changed(text: str) -> str:
+    words = text.split(" ")
+    middle = len(words) // 2
+    return " ".join(words[:middle] + ["CHANGED"] + words[middle + 1:])
+
+
+def chain(text: str) -> tuple[str, str, str]:
+    """A ~ B and B ~ C share a band, A and C do not: windows of 220 words sliding over a long text."""
+    words = text.split()
+    for shift in range(8, 60):
+        a, b, c = (" ".join(words[k * shift:k * shift + 220]) for k in range(3))
+        if share_a_band(a, b) and share_a_band(b, c) and not share_a_band(a, c):
+            return a, b, c
+    raise AssertionError("no shift makes a chain of this text")
+
+
+@pytest.fixture(scope="module")
+def planted(long_texts):
+    """(rows of (id, text), expected removed rows (content_hash, kept_content_hash))."""
+    base = long_texts[:40]
+    rows = [(f"doc-{i:03d}", text) for i, text in enumerate(base)]
+    removed = []
+
+    def plant(doc_id: str, text: str, kept_text: str):
+        assert share_a_band(text, kept_text), doc_id
+        rows.append((doc_id, text))
+        removed.append((sha(text), sha(kept_text)))
+
+    plant("doc-100", one_word_changed(base[0]), base[0])  # kept: doc-000, the smaller id
+    plant("doc-101", base[1] + " This sentence was added to the copy.", base[1])
+    # Two copies that differ from each other and from the original by their footers.
+    plant("doc-102", base[2] + "\n\nPosted by alice in the forum.", base[2])
+    plant("doc-103", base[2] + "\n\nCopyright 2024 the documentation authors.", base[2])
+    # A near copy with a smaller id than the original: it is kept, the original removed.
+    assert share_a_band(base[4], one_word_changed(base[4]))
+    rows.append(("doc-0004", one_word_changed(base[4])))
+    removed.append((sha(base[4]), sha(one_word_changed(base[4]))))
+    # Exact copies are one document, with the smallest id: doc-005 and doc-105 are the same text.
+    rows.append(("doc-105", base[5]))
+    plant("doc-106", one_word_changed(base[5]), base[5])
+    # A chain: A ~ B ~ C with A !~ C is one component; A has the smallest id, so C is linked to
+    # it only through B (connected components has work to do).
+    a, b, c = chain(" ".join(long_texts[40:44]))
+    rows += [("doc-200", a), ("doc-201", b), ("doc-202", c)]
+    removed += [(sha(b), sha(a)), (sha(c), sha(a))]
+    return rows, removed
+
+
+def frame(spark, rows, num_slices=2):
+    data = [(sha(text), doc_id, text) for doc_id, text in rows]
+    return spark.createDataFrame(data, "content_hash string, id string, text string").repartition(num_slices)
+
+
+def test_exactly_the_planted_copies_are_removed_for_the_smallest_id(spark, planted):
+    rows, removed = planted
+    result = near_duplicates(frame(spark, rows), CFG, num_partitions=3)
+    assertSchemaEqual(result.schema, REMOVED_COLUMNS)
+    assertDataFrameEqual(result, spark.createDataFrame(removed, REMOVED_COLUMNS))
+
+
+def test_the_result_does_not_depend_on_partitioning_or_input_order(spark, planted):
+    rows, removed = planted
+    shuffled = list(rows)
+    random.Random(5).shuffle(shuffled)
+    result = near_duplicates(frame(spark, shuffled, num_slices=5), CFG, num_partitions=1)
+    assertDataFrameEqual(result, spark.createDataFrame(removed, REMOVED_COLUMNS))
+
+
+def test_min_jaccard_drops_candidate_pairs_below_it(spark, long_texts):
+    close = one_word_changed(long_texts[0])
+    far = long_texts[1] + (" This copy was edited: an added sentence, a second one that says nothing new,"
+                           " and a footer posted by bob.")
+    assert share_a_band(close, long_texts[0]) and share_a_band(far, long_texts[1])
+    similarity = {name: jaccard(HASHER.shingle_set(a), HASHER.shingle_set(b))
+                  for name, a, b in [("close", close, long_texts[0]), ("far", far, long_texts[1])]}
+    threshold = 0.93
+    assert similarity["far"] < threshold <= similarity["close"], similarity
+    rows = [(f"doc-{i}", t) for i, t in enumerate(long_texts[:10])] + [("doc-x", close), ("doc-y", far)]
+    cfg = NearDedupConfig(min_jaccard=threshold)
+    result = near_duplicates(frame(spark, rows), cfg, num_partitions=2)
+    assertDataFrameEqual(result, spark.createDataFrame([(sha(close), sha(long_texts[0]))], REMOVED_COLUMNS))
+
+
+def test_distinct_and_empty_documents_give_an_empty_result(spark, long_texts):
+    rows = [(f"doc-{i}", t) for i, t in enumerate(long_texts[:8])] + [("doc-e1", ""), ("doc-e2", "   ")]
+    result = near_duplicates(frame(spark, rows), CFG, num_partitions=2)
+    assertSchemaEqual(result.schema, REMOVED_COLUMNS)
+    assert result.count() == 0
+
+
+def test_connected_components_match_union_find_on_a_random_graph_with_a_long_path(spark):
+    rng = random.Random(11)
+    labels = list(range(1000, 1400))
+    rng.shuffle(labels)  # node numbers in no relation to the graph's shape
+    pairs = [(labels[i], labels[i + 1]) for i in range(60)]  # a path of 61 nodes
+    pairs += [(labels[rng.randrange(60, 400)], labels[rng.randrange(60, 400)]) for _ in range(200)]
+    pairs = [(max(p), min(p)) for p in pairs if p[0] != p[1]]
+    parent = {}
+
+    def find(node):
+        parent.setdefault(node, node)
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    for u, v in pairs:
+        ru, rv = find(u), find(v)
+        parent[max(ru, rv)] = min(ru, rv)
+    expected = [(node, find(node)) for node in parent if find(node) != node]
+    edges = spark.createDataFrame(pairs, f"{SRC} long, {DST} long")
+    result = connected_components(edges, num_partitions=3)
+    assertDataFrameEqual(result, spark.createDataFrame(expected, f"{SRC} long, {DST} long"))
