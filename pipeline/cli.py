@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--split", default="train", choices=contract.SPLITS, help="split to show rows of")
     inspect.add_argument("--rows", type=int, default=3, help="rows to decode (default: %(default)s)")
     inspect.add_argument("--manifest", action="store_true", help="print the whole manifest as JSON instead")
+    inspect.add_argument("--removed", metavar="RULE",
+                         help="show the sampled documents that quality rule RULE removed (see the summary's removed line)")
     return parser
 
 
@@ -197,10 +199,41 @@ def dataset_summary(dataset_dir: str, manifest: contract.Manifest) -> list[str]:
               for row in table]
     lines.append(f"rejected records: {storage.join(dataset_dir, contract.REJECTS_DIR)}/ (Parquet, with reason and source)"
                  if manifest.rejected_records else "rejected records: none")
+    if manifest.removed_by_rule:
+        removed = ", ".join(f"{rule} {count}" for rule, count in sorted(manifest.removed_by_rule.items()))
+        lines.append(f"removed by quality rules: {sum(manifest.removed_by_rule.values())} ({removed}); "
+                     f"samples in {storage.join(dataset_dir, contract.REMOVED_DIR)}/, see --removed RULE")
     return lines
 
 
-def inspect_dataset(path: str, split: str, num_rows: int, show_manifest: bool = False) -> None:
+def show_removed(dataset_dir: str, manifest: contract.Manifest, rule: str, num_rows: int) -> None:
+    """The sampled documents one quality rule removed, from the removed/ files the manifest lists."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from pipeline import storage
+
+    if rule not in manifest.removed_by_rule:
+        known = ", ".join(sorted(manifest.removed_by_rule)) or "none: no quality rule removed anything"
+        raise ShardlineError(f"no quality rule {rule!r} removed documents from {dataset_dir}; rules that did: {known}")
+    print(f"{rule}: {manifest.removed_by_rule[rule]} record(s) removed; showing up to {num_rows} sampled")
+    shown = 0
+    for entry in manifest.removed_files:
+        if shown >= num_rows:
+            break
+        with storage.open_input(storage.join(dataset_dir, entry.path)) as handle:
+            table = pq.read_table(handle)
+        table = table.filter(pc.equal(table.column("removed_by"), rule)).slice(0, num_rows - shown)
+        for row in table.to_pylist():
+            where = f"{row['source']}" + (f" @ byte {row['offset']}" if row.get("offset") is not None else "")
+            extra = "".join(f" {key}={row[key]}" for key in ("language", "language_score", "duplicate_of")
+                            if row.get(key) is not None)
+            print(f"\n[{shown}] {where}{extra}\n{row['text']}")
+            shown += 1
+
+
+def inspect_dataset(path: str, split: str, num_rows: int, show_manifest: bool = False,
+                    removed_rule: str | None = None) -> None:
     import pyarrow.parquet as pq
 
     from pipeline import storage
@@ -210,6 +243,9 @@ def inspect_dataset(path: str, split: str, num_rows: int, show_manifest: bool = 
     manifest = contract.load_manifest(dataset_dir)
     if show_manifest:
         print(json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True))
+        return
+    if removed_rule is not None:
+        show_removed(dataset_dir, manifest, removed_rule, num_rows)
         return
     print("\n".join(dataset_summary(dataset_dir, manifest)))
     tokenizer = load_tokenizer(storage.join(dataset_dir, "tokenizer"))
@@ -309,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return USER_ERROR_EXIT
     if args.command == "inspect":
-        return _guarded("inspect", lambda: inspect_dataset(args.dataset_dir, args.split, args.rows, args.manifest))
+        return _guarded("inspect", lambda: inspect_dataset(args.dataset_dir, args.split, args.rows, args.manifest,
+                                                           args.removed))
     if args.command == "predict":
         return _guarded("predict", lambda: run_predict(args))
     if args.command == "sources":

@@ -77,6 +77,7 @@ def remove_unlisted(dataset_dir: str, manifest: contract.Manifest) -> list[str]:
     Returns their relative paths."""
     listed = {f.path for stats in manifest.splits.values() for f in stats.files}
     listed |= {f.path for f in manifest.rejects_files}
+    listed |= {f.path for f in manifest.removed_files}
     removed = []
     for entry in storage.list_files(dataset_dir):
         name = storage.relative(entry.uri, dataset_dir)

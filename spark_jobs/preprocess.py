@@ -29,7 +29,7 @@ from pipeline import contract, inputs, jvm_archive, sources, storage
 from pipeline.config import ConfigError, ShardlineConfig, load_config, save_config
 from pipeline.errors import ShardlineError
 from pipeline.tokenizer import backend_json, load_tokenizer, train_tokenizer
-from spark_jobs import clean, encode, input_count, read, shard, split
+from spark_jobs import clean, encode, input_count, quality, read, shard, split
 from spark_jobs.manifest import begin_build, publish, remove_unlisted, versions
 from spark_jobs.manifest import split_stats as split_stats_of
 from spark_jobs.progress import SparkProgress
@@ -65,9 +65,11 @@ def check_existing(config: ShardlineConfig, files: list, force: bool) -> bool:
 
 
 def prepare_tokenizer(config: ShardlineConfig, texts: DataFrame, num_texts: int):
-    """Train (on a Spark-drawn sample) or load the tokenizer, and save the run's copy of it."""
+    """Train (on a Spark-drawn sample of the kept documents; one of each text with de-duplication) or
+    load the tokenizer, and save the run's copy of it."""
     if config.tokenizer.train is not None:
-        sample = training_sample(texts, config.tokenizer.train.sample_size, num_texts, config.preprocess.seed)
+        sample = training_sample(texts, config.tokenizer.train.sample_size, num_texts, config.preprocess.seed,
+                                 distinct=config.preprocess.dedup)
         tokenizer = train_tokenizer(sample, config.tokenizer.train)
     else:
         tokenizer = load_tokenizer(config.tokenizer.path)
@@ -79,16 +81,18 @@ def prepare_tokenizer(config: ShardlineConfig, texts: DataFrame, num_texts: int)
 _SAMPLE_BUCKETS = 1_000_000
 
 
-def training_sample(texts: DataFrame, sample_size: int, num_texts: int, seed: int) -> list[str]:
+def training_sample(texts: DataFrame, sample_size: int, num_texts: int, seed: int, distinct: bool = False) -> list[str]:
     """About sample_size texts, kept by a seeded hash of each text and returned sorted, so the same
     corpus gives the same sample however it is partitioned (local[1], local[2], a cluster, the
-    read tasks' byte ranges) or ordered. Spark's sample() draws per partition, in partition order."""
+    read tasks' byte ranges) or ordered. Spark's sample() draws per partition, in partition order.
+    distinct: each text once, as de-duplication will keep it (the hash keeps all copies or none)."""
     fraction = min(1.0, sample_size / max(num_texts, 1))
     if fraction < 1:
         bucket = F.pmod(F.xxhash64(F.col(read.TEXT), F.lit(seed)), F.lit(_SAMPLE_BUCKETS))
         texts = texts.filter(bucket < int(fraction * _SAMPLE_BUCKETS))
     # One job (toLocalIterator would run one per partition); sample_size bounds what it brings back.
-    return sorted(row[0] for row in texts.select(read.TEXT).collect())
+    sampled = (row[0] for row in texts.select(read.TEXT).collect())
+    return sorted(set(sampled) if distinct else sampled)
 
 
 def read_clean(spark: SparkSession, config: ShardlineConfig, files: list) -> DataFrame:
@@ -122,7 +126,8 @@ def documents_by_content(good: DataFrame, config: ShardlineConfig, label_map: di
     docs = good.transform(lambda d: clean.with_ids(d, config.data.id_column is not None))
     # Only what the documents need from here travels through the shuffle and the de-duplication's
     # struct: not the source URI, offset and reject columns every record carries for rejects/.
-    docs = docs.select(clean.CONTENT_HASH, contract.ID_COLUMN, read.TEXT, read.LABEL_RAW)
+    language = [c for c in (quality.LANGUAGE, quality.LANGUAGE_SCORE) if c in docs.columns]
+    docs = docs.select(clean.CONTENT_HASH, contract.ID_COLUMN, read.TEXT, read.LABEL_RAW, *language)
     docs = docs.repartition(num_partitions, clean.CONTENT_HASH)
     if pre.dedup:
         docs = docs.transform(clean.drop_duplicates)
@@ -147,7 +152,8 @@ def encoder_for(documents: DataFrame, config: ShardlineConfig, tokenizer) -> tup
         encode_batches, out_schema = encode.padded_batches(
             documents.schema, backend_json(tokenizer), pre.max_length, tokenizer.pad_token_id, pre.stride,
         )
-    return encode_batches, shard.arrow_schema(T.StructType([out_schema[name] for name in contract_columns(pre.task)]))
+    columns = contract_columns(pre.task, with_language=pre.quality.language is not None)
+    return encode_batches, shard.arrow_schema(T.StructType([out_schema[name] for name in columns]))
 
 
 def causal_lm_eos_id(tokenizer) -> int:
@@ -200,7 +206,10 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
     # each batch in heap buffers the memory store does not account for, and a 1 GB corpus filled a
     # 1 GB heap with cached blocks until a task's batch no longer fit (OutOfMemoryError); on disk
     # the heap holds one batch per task, whatever the corpus size.
-    records = read_clean(spark, config, files).persist(PERSIST)
+    records = read_clean(spark, config, files)
+    if pre.quality.active:  # heuristic rules and language, in the task that read the text
+        records = quality.mark_removals(records, pre.quality)
+    records = records.persist(PERSIST)
     good, rejected = read.split_rejects(records)
     wants_labels = pre.task == "classification" and config.data.labels is None
     input_records, num_rejected, found_labels = count_records(records, wants_labels)
@@ -216,21 +225,38 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
                                    files, read.detect_format(files, config.data.format), dataset_dir)
     lap("count_input")
 
-    tokenizer = prepare_tokenizer(config, good.select(read.TEXT), input_records - num_rejected)
+    num_partitions = read.num_partitions_for(files, pre.num_partitions)
+    removed_files, removed_by_rule, near_marked = [], {}, None
+    if pre.quality.active:
+        if pre.quality.near_dedup is not None:
+            # Read by the removal writer, the tokenizer's sample and the documents: joined once.
+            near_marked = quality.mark_near_duplicates(good, pre.quality, config.data.id_column is not None,
+                                                       num_partitions).persist(PERSIST)
+            good = near_marked
+        good, removed = quality.split_removed(good)
+        removed_files, removed_by_rule = shard.write_removed(removed, quality.REMOVED_BY, dataset_dir, "zstd",
+                                                             build_id, pre.quality.num_removed_samples)
+        quality.check_removal_caps(input_records, removed_by_rule, pre.quality.max_removed_fraction)
+        lap("quality")
+
+    num_kept = input_records - num_rejected - sum(removed_by_rule.values())
+    tokenizer = prepare_tokenizer(config, good.select(read.TEXT), num_kept)
     with storage.staged_local_dir(storage.join(dataset_dir, "tokenizer")) as staging:
         tokenizer.save_pretrained(staging)  # the dataset decodes on its own
     label_map = label_map_of(config, found_labels)
     lap("tokenizer")
 
-    num_partitions = read.num_partitions_for(files, pre.num_partitions)
     documents = documents_by_content(good, config, label_map, num_partitions)
     # Only what the encoder and the duplicates count read crosses into Python.
-    wanted = [contract.ID_COLUMN, split.SPLIT, read.TEXT, contract.LABEL, clean.COPIES]
+    wanted = [contract.ID_COLUMN, split.SPLIT, read.TEXT, contract.LABEL, clean.COPIES, quality.LANGUAGE,
+              quality.LANGUAGE_SCORE]
     documents = documents.select(*[c for c in wanted if c in documents.columns])
     encode_batches, schema = encoder_for(documents, config, tokenizer)
     # One stage tokenizes and writes: the encoder runs in the task that writes its rows.
     written = shard.write_partitions(documents, encode_batches, schema, dataset_dir, pre.shard, build_id)
     records.unpersist()
+    if near_marked is not None:
+        near_marked.unpersist()
     lap("tokenize_write")
 
     split_stats = {
@@ -240,7 +266,7 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
     }
     num_documents = sum(s.documents for s in split_stats.values())
     rejected_total = sum(rejects_by_reason.values())
-    check_accounting(input_records, num_documents, rejected_total, written.duplicates, dataset_dir)
+    check_accounting(input_records, num_documents, rejected_total, written.duplicates, removed_by_rule, dataset_dir)
     manifest = contract.Manifest(
         schema_version=contract.SCHEMA_VERSION,
         task=pre.task,
@@ -259,6 +285,8 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
         input_files=inputs.input_file_list(files),
         dataset_fingerprint=inputs.dataset_fingerprint(config, files),
         rejects_files=[w.data_file() for w in rejects_files],
+        removed_by_rule=dict(sorted(removed_by_rule.items())),
+        removed_files=[w.data_file() for w in removed_files],
         versions=versions(spark.version),
         stage_seconds=timings,
         config=config.to_dict(),
@@ -274,27 +302,32 @@ class AccountingError(RuntimeError):
     """The job's own counts disagree: records were lost or counted twice on the way to the shards."""
 
 
-def check_accounting(input_records: int, documents: int, rejected: int, duplicates: int, dataset_dir: str) -> None:
+def check_accounting(input_records: int, documents: int, rejected: int, duplicates: int,
+                     removed_by_rule: dict[str, int], dataset_dir: str) -> None:
     """Fail the job, before anything is published, unless every input record is a document, a
-    reject or a removed duplicate. Each term is counted where it happens: input records by the
-    read pass, rejects by what the rejects writers wrote, documents and duplicates by the tasks that
-    wrote the shards."""
-    unaccounted = input_records - (documents + rejected + duplicates)
+    reject, a removed exact duplicate or a record a quality rule removed. Each term is counted where
+    it happens: input records by the read pass, rejects by what the rejects writers wrote, removals
+    by the removal writers, documents and duplicates by the tasks that wrote the shards."""
+    removed = sum(removed_by_rule.values())
+    unaccounted = input_records - (documents + rejected + duplicates + removed)
     if unaccounted:
         raise AccountingError(
             f"the dataset's counts do not add up, so it was not published: input_records {input_records} != "
-            f"documents {documents} + rejected {rejected} + duplicates_removed {duplicates} ({unaccounted:+d} "
-            f"records unaccounted for). This is a bug in the job; the unpublished output is in {dataset_dir} "
-            "for the report."
+            f"documents {documents} + rejected {rejected} + duplicates_removed {duplicates} + removed by quality "
+            f"rules {removed} ({unaccounted:+d} records unaccounted for). This is a bug in the job; the "
+            f"unpublished output is in {dataset_dir} for the report."
         )
 
 
-def contract_columns(task: str) -> list[str]:
-    """The columns a split's Parquet files hold, in order."""
+def contract_columns(task: str, with_language: bool = False) -> list[str]:
+    """The columns a split's Parquet files hold, in order; with_language (classification): the
+    document's detected language and score after them."""
     if task == "causal_lm":
         return [contract.ID_COLUMN, contract.INPUT_IDS, contract.ATTENTION_MASK, contract.POSITION_IDS,
                 contract.SEGMENT_IDS, contract.NUM_TOKENS]
-    return [contract.ID_COLUMN, contract.INPUT_IDS, contract.ATTENTION_MASK, contract.LABEL, contract.NUM_TOKENS]
+    language = [contract.LANGUAGE, contract.LANGUAGE_SCORE] if with_language else []
+    return [contract.ID_COLUMN, contract.INPUT_IDS, contract.ATTENTION_MASK, contract.LABEL, contract.NUM_TOKENS,
+            *language]
 
 
 def create_spark_session(config: ShardlineConfig, input_bytes: int | None = None) -> SparkSession:

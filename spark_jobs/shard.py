@@ -333,8 +333,47 @@ def write_rejects(rejected: DataFrame, root: str, compression: str, build_id: st
     return sorted(_written(r) for r in rejected.mapInArrow(write_partition, WRITTEN_SCHEMA).collect())
 
 
-def _write_rejects_file(uri: str, schema: pa.Schema, compression: str,
-                        batches: Iterator[pa.RecordBatch]) -> tuple[int, str, list[int], Counter] | None:
+def write_removed(removed: DataFrame, rule_column: str, root: str, compression: str, build_id: str,
+                  num_samples: int) -> tuple[list[WrittenFile], dict[str, int]]:
+    """removed/part-<partition>-<build>-<attempt>.parquet: per task, the first num_samples records of
+    each quality rule (rule_column) in the order the task saw them. Every removed record is counted by
+    rule as it streams past, sampled or not; returns (the files written, records removed per rule)."""
+    schema = arrow_schema(removed.schema)
+    options = storage.current_options()
+
+    def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        storage.configure(options)
+        partition = TaskContext.get().partitionId()
+        counts: Counter = Counter()
+
+        def sampled(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                take = []
+                for row, rule in enumerate(batch.column(rule_column).to_pylist()):
+                    counts[rule] += 1
+                    if counts[rule] <= num_samples:
+                        take.append(row)
+                if take:
+                    yield batch.take(pa.array(take, pa.int64()))
+
+        name = attempt_name(f"{contract.REMOVED_DIR}/part-{partition:05d}", build_id)
+        written = _write_rejects_file(f"{root}/{name}", schema, compression, sampled(batches), rule_column)
+        stats = json.dumps({"by_reason": dict(sorted(counts.items()))})
+        if written is not None:
+            size, digest, group_rows, _ = written
+            yield _report_batch([(contract.REMOVED_DIR, partition, name, size, digest, group_rows, stats)])
+        elif counts:  # removals counted, none sampled (num_samples 0)
+            yield _report_batch([(contract.REMOVED_DIR, partition, None, 0, None, [], stats)])
+
+    reports = sorted((_written(r) for r in removed.mapInArrow(write_partition, WRITTEN_SCHEMA).collect()),
+                     key=lambda w: (w.file, w.path or ""))
+    return [w for w in reports if w.path is not None], rejects_by_reason(reports)
+
+
+def _write_rejects_file(uri: str, schema: pa.Schema, compression: str, batches: Iterator[pa.RecordBatch],
+                        reason_column: str = REJECT_REASON) -> tuple[int, str, list[int], Counter] | None:
     """The rejects of one partition as one Parquet file of REJECT_GROUP_ROWS-row groups (cut by row
     count, not by where Spark's batches end): (bytes, sha256, rows per group, rejects per reason),
     or None (nothing stored) when there are no rows."""
@@ -348,7 +387,7 @@ def _write_rejects_file(uri: str, schema: pa.Schema, compression: str,
     def write_group(table: pa.Table) -> None:
         writer.write_table(table, row_group_size=max(table.num_rows, 1))
         counts.append(table.num_rows)
-        reasons.update(table.column(REJECT_REASON).to_pylist())
+        reasons.update(table.column(reason_column).to_pylist())
 
     for batch in batches:
         if not batch.num_rows:
@@ -369,7 +408,7 @@ def _write_rejects_file(uri: str, schema: pa.Schema, compression: str,
 
 
 def rejects_by_reason(rejects_files: list[WrittenFile]) -> dict[str, int]:
-    """Rejects per reason, summed from what the rejects writers reported writing."""
+    """Rejects (or removals) per reason, summed from what their writers reported."""
     total: Counter = Counter()
     for written in rejects_files:
         total.update(json.loads(written.stats)["by_reason"])

@@ -161,8 +161,8 @@ def submit_preprocess():
 def dataset_contents(dataset_dir) -> dict:
     """What two builds of one config must agree on, leaving out what belongs to the build (its
     timings, its run_dir, the build id in its file names): the bytes of every shard file in manifest
-    order and of every tokenizer file, the rejects' rows (sorted: rejects files follow partitions) and
-    the manifest."""
+    order and of every tokenizer file, the rejects' and removal samples' rows (sorted: their files
+    follow partitions) and the manifest."""
     import pyarrow.parquet as pq
 
     from pipeline import contract, storage
@@ -174,9 +174,8 @@ def dataset_contents(dataset_dir) -> dict:
     for stats in manifest["splits"].values():
         for entry in stats["files"]:
             entry.pop("path")
-    rejects_files = manifest.pop("rejects_files")
     rejects = []
-    for entry in rejects_files:
+    for entry in manifest.pop("rejects_files") + manifest.pop("removed_files", []):
         filesystem, path = storage.filesystem(storage.join(dataset_dir, entry["path"]))
         rejects += pq.read_table(path, filesystem=filesystem).to_pylist()
     parsed = contract.Manifest.model_validate_json(storage.read_text(storage.join(dataset_dir, contract.MANIFEST_FILE)))

@@ -300,7 +300,7 @@ def test_a_row_lost_after_dedup_fails_the_job_and_publishes_nothing(spark, tmp_p
         "preprocess": {"max_length": 8, "num_partitions": 2, "shard": {"row_group_rows": 8}},
     })
     with pytest.raises(AccountingError, match=r"input_records 31 != documents 29 \+ rejected 0 \+ "
-                                              r"duplicates_removed 1 \(\+1 records unaccounted for\)"):
+                                              r"duplicates_removed 1 \+ removed by quality rules 0 \(\+1 records unaccounted for\)"):
         build_dataset(spark, config)
     assert storage.info(storage.join(config.dataset_dir, contract.SUCCESS_FILE)) is None
     assert storage.info(storage.join(config.dataset_dir, contract.MANIFEST_FILE)) is None

@@ -10,13 +10,19 @@ from spark_jobs.preprocess import AccountingError, check_accounting
 
 
 def test_counts_that_add_up_pass():
-    check_accounting(10, documents=7, rejected=2, duplicates=1, dataset_dir="s")
+    check_accounting(10, documents=7, rejected=2, duplicates=1, removed_by_rule={}, dataset_dir="s")
+    check_accounting(14, documents=7, rejected=2, duplicates=1, removed_by_rule={"c4.lorem_ipsum": 1,
+                     "near_dedup.near_duplicate": 3}, dataset_dir="s")
 
 
 def test_a_record_missing_from_every_term_is_refused_naming_each_term():
     with pytest.raises(AccountingError, match=r"not published: input_records 10 != documents 6 \+ rejected 2 \+ "
-                                              r"duplicates_removed 1 \(\+1 records unaccounted for\).* in s for"):
-        check_accounting(10, documents=6, rejected=2, duplicates=1, dataset_dir="s")
+                                              r"duplicates_removed 1 \+ removed by quality rules 0 \(\+1 records "
+                                              r"unaccounted for\).* in s for"):
+        check_accounting(10, documents=6, rejected=2, duplicates=1, removed_by_rule={}, dataset_dir="s")
+    with pytest.raises(AccountingError, match=r"removed by quality rules 5 \(-1 records"):
+        check_accounting(14, documents=7, rejected=2, duplicates=1, removed_by_rule={"c4.lorem_ipsum": 2,
+                         "near_dedup.near_duplicate": 3}, dataset_dir="s")
 
 
 def _entry(name: str, size: int) -> FileEntry:

@@ -1,0 +1,114 @@
+"""Corpus quality in the Spark job: heuristic rules, language identification, near-duplicate removal.
+
+Pure DataFrame -> DataFrame functions. A removed record is not dropped here: it gets `removed_by`,
+the quality rule that removed it (records that are rejects keep their reject_reason instead and are
+never looked at), and the job's removal writer counts every one by rule and keeps a sample in
+removed/ (shard.write_removed). Order, cheap first: the heuristic filters (text_filters), then the
+language of what they kept, then near-duplicates among what is still kept; all before the tokenizer
+is trained, so its vocabulary sees only kept text.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from pipeline import contract
+from pipeline.config import QualityConfig
+from pipeline.errors import ShardlineError
+from spark_jobs import clean, language, near_dedup, text_filters
+from spark_jobs.read import LABEL_RAW, OFFSET, REJECT_REASON, SOURCE, TEXT
+
+REMOVED_BY = "removed_by"  # the quality rule that removed the record; null while it is kept
+DUPLICATE_OF = "duplicate_of"  # near_dedup: the id of the document kept in this one's place
+NEAR_DUPLICATE = "near_dedup.near_duplicate"
+LANGUAGE, LANGUAGE_SCORE = contract.LANGUAGE, contract.LANGUAGE_SCORE
+REMOVED_COLUMNS = [SOURCE, OFFSET, REMOVED_BY, TEXT, LABEL_RAW, LANGUAGE, LANGUAGE_SCORE, DUPLICATE_OF]  # removed/
+
+
+def mark_removals(records: DataFrame, quality: QualityConfig) -> DataFrame:
+    """removed_by (and, with quality.language, language and language_score) on every record that is
+    not a reject: the first heuristic rule it fails, else its language's verdict. One Python pass over
+    the text, in the task that read it."""
+    fields = [T.StructField(REMOVED_BY, T.StringType())]
+    if quality.language is not None:
+        fields += [T.StructField(LANGUAGE, T.StringType()), T.StructField(LANGUAGE_SCORE, T.FloatType())]
+    out_schema = T.StructType(records.schema.fields + fields)
+    if not quality.filters_active and quality.language is None:
+        return records.withColumn(REMOVED_BY, F.lit(None).cast("string"))
+    names = records.columns
+    text_index, reason_index = names.index(TEXT), names.index(REJECT_REASON)
+
+    def mark(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        filters = text_filters.TextFilters(quality)
+        identifier = language.LanguageIdentifier(quality.language) if quality.language is not None else None
+        for batch in batches:
+            texts = batch.column(text_index).to_pylist()
+            rejected = batch.column(reason_index).to_pylist()
+            reasons = [None] * len(texts)
+            languages, scores = [None] * len(texts), [None] * len(texts)
+            for row, (text, reject) in enumerate(zip(texts, rejected)):
+                if reject is not None or text is None:
+                    continue
+                reason = filters.removal_reason(text) if filters.active else None
+                if reason is None and identifier is not None:
+                    languages[row], scores[row] = identifier.identify(text)
+                    reason = identifier.removal_reason(languages[row], scores[row])
+                reasons[row] = reason
+            extra = [pa.array(reasons, pa.string())]
+            if identifier is not None:
+                extra += [pa.array(languages, pa.string()), pa.array(scores, pa.float32())]
+            yield pa.RecordBatch.from_arrays(list(batch.columns) + extra, names=out_schema.fieldNames())
+
+    return records.mapInArrow(mark, out_schema)
+
+
+def kept_documents(good: DataFrame, id_from_input: bool) -> DataFrame:
+    """(content_hash, id, text) of the records no rule removed: what near-duplicate search looks at."""
+    kept = good.filter(F.col(REMOVED_BY).isNull())
+    return kept.transform(lambda d: clean.with_ids(d, id_from_input)).select(clean.CONTENT_HASH, contract.ID_COLUMN, TEXT)
+
+
+def mark_near_duplicates(good: DataFrame, quality: QualityConfig, id_from_input: bool, num_partitions: int) -> DataFrame:
+    """removed_by = near_dedup.near_duplicate (and duplicate_of = the kept document's id) on every
+    copy of a document that near_dedup.near_duplicates removes; the other records as they were."""
+    documents = kept_documents(good, id_from_input)
+    removed = near_dedup.near_duplicates(documents, quality.near_dedup, num_partitions)
+    kept_ids = documents.groupBy(clean.CONTENT_HASH).agg(F.min(contract.ID_COLUMN).alias(DUPLICATE_OF))
+    removed = (removed.join(kept_ids.withColumnRenamed(clean.CONTENT_HASH, "kept_content_hash"), "kept_content_hash")
+               .select(clean.CONTENT_HASH, DUPLICATE_OF))
+    hashed = good.withColumn(clean.CONTENT_HASH, F.when(F.col(REMOVED_BY).isNull(), F.sha2(F.col(TEXT), 256)))
+    marked = hashed.join(removed, clean.CONTENT_HASH, "left")
+    return marked.withColumn(
+        REMOVED_BY, F.coalesce(F.col(REMOVED_BY), F.when(F.col(DUPLICATE_OF).isNotNull(), F.lit(NEAR_DUPLICATE)))
+    ).drop(clean.CONTENT_HASH)
+
+
+def split_removed(good: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(the kept documents without the quality columns that are not dataset columns, the removed
+    records in removed/ layout)."""
+    kept = good.filter(F.col(REMOVED_BY).isNull()).drop(REMOVED_BY, DUPLICATE_OF)
+    removed = good.filter(F.col(REMOVED_BY).isNotNull())
+    for name, kind in ((LANGUAGE, "string"), (LANGUAGE_SCORE, "float"), (DUPLICATE_OF, "string")):
+        if name not in removed.columns:
+            removed = removed.withColumn(name, F.lit(None).cast(kind))
+    return kept, removed.select(*REMOVED_COLUMNS)
+
+
+class RemovalCapError(ShardlineError):
+    """A quality rule removed more of the corpus than quality.max_removed_fraction allows."""
+
+
+def check_removal_caps(input_records: int, removed_by_rule: dict[str, int], max_fraction: float) -> None:
+    """Stop the job, before anything is tokenized or published, when one rule removed more than
+    max_fraction of the input records: a wrong threshold must not silently empty a corpus."""
+    for rule, count in sorted(removed_by_rule.items(), key=lambda item: (-item[1], item[0])):
+        if input_records and count / input_records > max_fraction:
+            raise RemovalCapError(
+                f"quality rule {rule} removed {count} of {input_records} input records "
+                f"({count / input_records:.1%}), over preprocess.quality.max_removed_fraction {max_fraction}; "
+                "check its threshold, or raise the cap"
+            )

@@ -1,0 +1,154 @@
+"""Corpus quality in the job (preprocess.quality): removals counted by rule, sampled into removed/,
+capped, done before the tokenizer is trained; the language kept as a column."""
+import hashlib
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import contract, storage
+from pipeline.config import build_config
+from pipeline.demo import write_jsonl
+from spark_jobs.preprocess import build_dataset
+from spark_jobs.quality import NEAR_DUPLICATE, RemovalCapError
+
+pytestmark = pytest.mark.spark
+
+# A word no kept document holds: only the removed lorem-ipsum pages repeat it, so a tokenizer trained
+# on the removed text too would learn it whole.
+PLANTED_WORD = "quixotically"
+LOREM = ("Lorem ipsum dolor sit amet, consectetur adipiscing elit. " + f"{PLANTED_WORD} " * 40).strip() + "."
+GERMAN = ("Der Wald liegt still unter dem Schnee, und die Kinder laufen lachend über die Felder zum alten "
+          "Bauernhof. Am Abend sitzen alle zusammen am Ofen, erzählen Geschichten und trinken warmen Tee.")
+
+
+def _corpus(docstring_records):
+    records = [r for r in docstring_records[::6] if len(r["text"].split()) >= 12]
+    original = max(records, key=lambda r: len(r["text"]))
+    words = original["text"].split(" ")
+    near_copy = " ".join(words[:-3] + ["altered"] + words[-2:])  # one word changed near the end
+    planted = [
+        {"text": LOREM, "label": "email"},
+        {"text": LOREM + " Second page.", "label": "email"},
+        {"text": GERMAN, "label": "logging"},
+        {"text": near_copy, "label": original["label"]},
+        dict(records[0]),  # an exact copy: de-duplication's, not a quality rule's
+    ]
+    return records + planted, original["text"], near_copy
+
+
+def _config(root, corpus, **quality):
+    return build_config({
+        "run_dir": str(root / "run"),
+        "data": {"input": str(corpus), "label_column": "label"},
+        "tokenizer": {"train": {"vocab_size": 800}},
+        "preprocess": {
+            "max_length": 32, "seed": 3, "num_partitions": 2, "collapse_whitespace": False,
+            "quality": {"c4": {"min_num_sentences": None, "filter_curly_bracket": False},
+                        "language": {"keep": ["en"], "min_score": 0.3}, "near_dedup": {},
+                        "num_removed_samples": 1000, **quality},
+        },
+    })
+
+
+@pytest.fixture(scope="module")
+def built(spark, tmp_path_factory, docstring_records):
+    root = tmp_path_factory.mktemp("quality")
+    records, original, near_copy = _corpus(docstring_records)
+    corpus = write_jsonl(records, root / "corpus.jsonl")
+    config = _config(root, corpus)
+    return config, build_dataset(spark, config), records, original, near_copy
+
+
+def _removed_rows(dataset_dir: str, manifest) -> list[dict]:
+    rows = []
+    for entry in manifest.removed_files:
+        rows += pq.read_table(storage.join(dataset_dir, entry.path)).to_pylist()
+    return rows
+
+
+def test_every_input_record_is_a_document_a_reject_a_duplicate_or_removed_by_one_rule(built):
+    config, manifest, records, _, _ = built
+    documents = sum(s.documents for s in manifest.splits.values())
+    assert manifest.input_records == len(records)
+    assert manifest.input_records == (documents + manifest.rejected_records + manifest.duplicates_removed
+                                      + sum(manifest.removed_by_rule.values()))
+    assert manifest.removed_by_rule["c4.lorem_ipsum"] == 2
+    assert manifest.removed_by_rule[NEAR_DUPLICATE] == 1
+    # With a sample bigger than any rule's removals, removed/ holds every one: the counts the writers
+    # reported are what they saw.
+    rows = _removed_rows(config.dataset_dir, manifest)
+    removed_texts = {row["text"] for row in rows}
+    kept = [r["text"] for r in records if r["text"] not in removed_texts]
+    assert manifest.duplicates_removed == len(kept) - len(set(kept)) >= 1  # the planted copy, at least
+    by_rule = {}
+    for row in rows:
+        by_rule[row["removed_by"]] = by_rule.get(row["removed_by"], 0) + 1
+    assert by_rule == manifest.removed_by_rule
+
+
+def test_each_planted_document_is_removed_by_its_rule_with_what_explains_it(built):
+    config, manifest, _, original, near_copy = built
+    rows = {row["text"]: row for row in _removed_rows(config.dataset_dir, manifest)}
+    assert rows[LOREM]["removed_by"] == "c4.lorem_ipsum"
+    assert rows[GERMAN]["removed_by"] == "language.other" and rows[GERMAN]["language"] == "de"
+    # Of the near-duplicate pair the smaller id stays; the other names it.
+    ids = {text: contract_id(text) for text in (original, near_copy)}
+    kept, removed = sorted((original, near_copy), key=ids.get)
+    assert rows[removed]["removed_by"] == NEAR_DUPLICATE and rows[removed]["duplicate_of"] == ids[kept]
+    assert kept not in rows
+    assert all(row["source"].endswith("corpus.jsonl") and row["offset"] is not None for row in rows.values())
+
+
+def contract_id(text: str) -> str:
+    """A document's id without data.id_column: its content hash's first 32 hex digits (clean.with_ids)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def test_rows_carry_the_detected_language_and_the_tokenizer_never_saw_removed_text(built):
+    from pipeline.tokenizer import load_tokenizer
+
+    config, manifest, _, _, _ = built
+    table = pa.concat_tables(pq.read_table(uri) for name in contract.SPLITS
+                             for uri in manifest.split_files(config.dataset_dir, name))
+    assert set(table.column(contract.LANGUAGE).to_pylist()) == {"en"}
+    assert pc.min(table.column(contract.LANGUAGE_SCORE)).as_py() >= 0.3
+    assert table.schema.field(contract.LANGUAGE_SCORE).type == pa.float32()
+    vocab = load_tokenizer(storage.join(config.dataset_dir, "tokenizer")).get_vocab()
+    assert PLANTED_WORD not in vocab and "lorem" not in vocab and "Wald" not in vocab
+
+
+def test_inspect_shows_what_a_rule_removed_and_names_the_rules_there_are(built, capsys):
+    from pipeline.cli import main
+
+    config, manifest, _, _, _ = built
+    assert main(["inspect", config.run_dir, "--removed", "c4.lorem_ipsum", "--rows", "5"]) == 0
+    shown = capsys.readouterr().out
+    assert "c4.lorem_ipsum: 2 record(s) removed" in shown and shown.count(PLANTED_WORD) == 80
+    assert main(["inspect", config.run_dir]) == 0
+    assert "removed by quality rules:" in capsys.readouterr().out
+    assert main(["inspect", config.run_dir, "--removed", "gopher_quality.short_doc"]) == 2
+    assert "rules that did: c4.lorem_ipsum" in capsys.readouterr().err
+
+
+def test_a_rule_removing_more_than_the_cap_stops_the_job_and_a_sample_still_counts_all(spark, tmp_path,
+                                                                                     docstring_records):
+    records, _, _ = _corpus(docstring_records)
+    corpus = write_jsonl(records, tmp_path / "corpus.jsonl")
+    config = _config(tmp_path, corpus, gopher_quality={"min_doc_words": 100_000}, max_removed_fraction=0.5)
+    with pytest.raises(RemovalCapError, match=r"^quality rule gopher_quality.short_doc removed \d+ of "
+                                              rf"{len(records)} input records \(\d+\.\d%\), over "
+                                              r"preprocess.quality.max_removed_fraction 0.5"):
+        build_dataset(spark, config)
+    assert not storage.exists(storage.join(config.dataset_dir, contract.SUCCESS_FILE))
+
+    sampled = _config(tmp_path, corpus, gopher_quality={"min_doc_words": 30}, num_removed_samples=1,
+                      max_removed_fraction=0.9)
+    manifest = build_dataset(spark, sampled)
+    rows = _removed_rows(sampled.dataset_dir, manifest)
+    per_file_rule = [(entry.path, row["removed_by"]) for entry in manifest.removed_files
+                     for row in pq.read_table(storage.join(sampled.dataset_dir, entry.path)).to_pylist()]
+    assert len(per_file_rule) == len(set(per_file_rule))  # at most one sample per rule and task
+    assert manifest.removed_by_rule["gopher_quality.short_doc"] > len(manifest.removed_files) >= 1
+    assert len(rows) < sum(manifest.removed_by_rule.values())
