@@ -1,7 +1,7 @@
 """Preprocess memory: peak RSS of the driver (Python and its JVM) and of each Spark Python worker,
 sampled every 0.2 s, building 1x and 4x the data; each size in a fresh process. Not run in CI.
 
-    SHARDLINE_BENCH_MEMORY=1 python benchmarks/bench_preprocess_memory.py [--copies 22] [--workdir runs/bench-mem]
+    SHARDLINE_BENCH_MEMORY=1 python benchmarks/bench_preprocess_memory.py [--copies 22] [--workdir runs/bench-mem] [--quality]
 
 The corpus is real text with unique documents: GCIDE's 126,240 entries (corpora.py), repeated
 `copies` times with a per-copy prefix ("[k] "), so dedup keeps every one and the output grows with
@@ -87,7 +87,7 @@ class Sampler(threading.Thread):
             time.sleep(0.2)
 
 
-def child(corpus: str, run_dir: str, max_length: int) -> None:
+def child(corpus: str, run_dir: str, max_length: int, quality: bool) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -95,8 +95,15 @@ def child(corpus: str, run_dir: str, max_length: int) -> None:
     from pipeline.config import build_config
     from spark_jobs.preprocess import build_dataset
 
+    preprocess = {"max_length": max_length}
+    if quality:  # every filter computed (none removes), language, near-dedup: bench_quality's cost setting
+        from bench_quality import PERMISSIVE
+
+        preprocess.update(collapse_whitespace=False, quality={
+            **PERMISSIVE, "language": {"keep": ["en", "la", "fr", "de"], "min_score": 0.0}, "near_dedup": {},
+            "max_removed_fraction": 1.0})
     config = build_config({"run_dir": run_dir, "data": {"input": corpus, "label_column": "label"},
-                           "tokenizer": {"path": TOKENIZER}, "preprocess": {"max_length": max_length}})
+                           "tokenizer": {"path": TOKENIZER}, "preprocess": preprocess})
     session = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "1g").getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
@@ -116,10 +123,12 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=22, help="GCIDE copies in the 1x corpus (22: 1.0 GB)")
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--workdir", default="runs/bench-mem")
+    parser.add_argument("--quality", action="store_true",
+                        help="with every quality filter, language and near-dedup on (see bench_quality.py)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(*args.child, args.max_length)
+        child(*args.child, args.max_length, args.quality)
         return
     if not os.environ.get("SHARDLINE_BENCH_MEMORY"):
         sys.exit("set SHARDLINE_BENCH_MEMORY=1 to run this (it writes and preprocesses 5x copies of GCIDE)")
@@ -129,13 +138,14 @@ def main() -> None:
     entries = corpora.gcide_entries(Path("runs/bench").resolve())
     results = []
     for factor in (1, 4):
-        corpus = work / f"gcide-x{factor}.jsonl"
+        corpus = work / f"gcide-x{args.copies * factor}.jsonl"
         if not corpus.exists():
             corpora.write_jsonl(entries, corpus, copies=args.copies * factor)
         run_dir = work / f"run-x{factor}"
         shutil.rmtree(run_dir, ignore_errors=True)
         out = subprocess.run([sys.executable, __file__, "--child", str(corpus), str(run_dir),
-                              "--max-length", str(args.max_length)], capture_output=True, text=True)
+                              "--max-length", str(args.max_length)] + (["--quality"] if args.quality else []),
+                             capture_output=True, text=True)
         if out.returncode:
             sys.exit(out.stderr[-3000:])
         result = json.loads(out.stdout.strip().splitlines()[-1])

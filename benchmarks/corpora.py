@@ -1,4 +1,5 @@
-"""Real-text corpora for the benchmarks, built offline from Debian's `dict-gcide` package.
+"""Real-text corpora for the benchmarks, built offline from Debian packages: `dict-gcide`, and the
+manual pages (`manpages`, `manpages-dev` in English, `manpages-de`/`-fr`/... translated).
 
 GCIDE (the Collaborative International Dictionary of English, GPL) is ~126,000 dictionary entries
 of real English prose with markup, line breaks and indentation, so cleaning has real work to do.
@@ -17,6 +18,7 @@ import glob
 import gzip
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -33,19 +35,80 @@ def _b64(text: str) -> int:
 
 def gcide_dir(workdir: Path) -> Path:
     """The unpacked dict-gcide package under workdir (downloaded with apt-get the first time)."""
-    root = workdir / "dict-gcide"
-    index = root / "usr/share/dictd/gcide.index"
-    if index.exists():
-        return root
-    system = Path("/usr/share/dictd/gcide.index")
-    if system.exists():
+    if Path("/usr/share/dictd/gcide.index").exists():
         return Path("/")
+    return debian_package(workdir, "dict-gcide")
+
+
+def debian_package(workdir: Path, package: str) -> Path:
+    """A Debian package unpacked under workdir/package (downloaded with apt-get the first time)."""
+    root = workdir / package
+    if (root / ".unpacked").exists():
+        return root
     root.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["apt-get", "download", "dict-gcide"], cwd=root, check=True, capture_output=True)
-    deb = sorted(glob.glob(str(root / "dict-gcide_*.deb")))[-1]
+    subprocess.run(["apt-get", "download", package], cwd=root, check=True, capture_output=True)
+    deb = sorted(glob.glob(str(root / f"{package}_*.deb")))[-1]
     subprocess.run(["dpkg-deb", "-x", deb, str(root)], check=True)
     os.remove(deb)
+    (root / ".unpacked").write_text("")
     return root
+
+
+# Manual pages: groff source to plain text, well enough for prose (requests dropped or reduced to
+# their words, font and character escapes removed). Paragraphs are what .PP/.TP/.IP/.SH separate.
+_GROFF_ESCAPES = [
+    (re.compile(r"\\f(\(..|\[[^]]*\]|.)"), ""),  # font changes: \fB \fI \fR \f(CW \f[B]
+    (re.compile(r"\\[(]em|\\\[em\]"), "\u2014"), (re.compile(r"\\[(]en|\\\[en\]"), "\u2013"),
+    (re.compile(r"\\[(]aq|\\\[aq\]"), "'"), (re.compile(r"\\[(]dq|\\\[dq\]"), '"'),
+    (re.compile(r"\\[(]lq|\\[(]rq"), '"'), (re.compile(r"\\[(]bu"), "\u2022"),
+    (re.compile(r"\\\*(\(..|\[[^]]*\]|.)"), ""),  # strings
+    (re.compile(r"\\[(]..|\\\[[^]]*\]"), ""),  # other special characters
+    (re.compile(r"\\-"), "-"), (re.compile(r"\\[&|^%]"), ""), (re.compile(r"\\e"), "\\\\"),
+    (re.compile(r"\\ "), " "), (re.compile(r"\\[cs][-+]?\d*"), ""),
+]
+_BREAKS = {"PP", "LP", "P", "TP", "IP", "SH", "SS", "HP", "RS", "RE", "TQ", "sp", "br", "in"}
+_WORD_REQUESTS = {"B", "I", "SM", "BR", "BI", "IB", "IR", "RB", "RI", "SB", "UR", "MT", "Nm", "Ar", "Fl"}
+
+
+def groff_paragraphs(source: str) -> list[str]:
+    """The prose paragraphs of a man page's groff source, each with its line breaks."""
+    paragraphs, current = [], []
+    for line in source.splitlines():
+        if line.startswith((".\\\"", "'\\\"")):
+            continue
+        if line.startswith((".", "'")):
+            request, _, rest = line[1:].strip().partition(" ")
+            if request in _BREAKS:
+                if current:
+                    paragraphs.append("\n".join(current))
+                current = []
+                if request in ("SH", "SS", "TP") and rest:
+                    paragraphs.append(rest.strip('"'))
+            elif request in _WORD_REQUESTS and rest:
+                current.append(" ".join(part.strip('"') for part in rest.split()))
+            continue
+        for pattern, replacement in _GROFF_ESCAPES:
+            line = pattern.sub(replacement, line)
+        if line.strip():
+            current.append(line.strip())
+    if current:
+        paragraphs.append("\n".join(current))
+    return [p for p in paragraphs if p.strip()]
+
+
+def manpages(workdir: Path, package: str) -> list[tuple[str, str]]:
+    """(page path, its text: paragraphs separated by blank lines) for every page of a manpages
+    package that is not a one-line redirect (.so)."""
+    root = debian_package(workdir, package)
+    pages = []
+    for path in sorted(root.glob("usr/share/man/**/*.gz")):
+        source = gzip.open(path).read().decode("utf-8", errors="replace")
+        if source.lstrip().startswith(".so "):
+            continue
+        text = "\n\n".join(groff_paragraphs(source))
+        if text:
+            pages.append((str(path.relative_to(root)), text))
+    return pages
 
 
 def gcide_entries(workdir: Path) -> list[tuple[str, str]]:

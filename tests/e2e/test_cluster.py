@@ -112,13 +112,17 @@ def test_cluster_run_on_s3_equals_the_local_run(standalone_master, spark, tmp_pa
 
     master, ui_port, env = standalone_master
     records = stdlib_docstrings()[::12]
+    longest = max(records, key=lambda r: len(r["text"]))
+    records.append({**longest, "text": longest["text"].replace(" the ", " a ", 1)})  # a near-duplicate
     corpus = write_jsonl(records, tmp_path / "corpus.jsonl")
     boto3.client("s3").create_bucket(Bucket="shardline-cluster")
     storage.write_bytes("s3://shardline-cluster/corpus/docstrings.jsonl", corpus.read_bytes())
     tree = {
         "data": {"input": str(corpus), "label_column": "label"},
         "tokenizer": {"train": {"vocab_size": 600}},  # trained by each run, in its own driver process
-        "preprocess": {"max_length": 32, "seed": 5, "num_partitions": 2, "shard": {"row_group_rows": 16}},
+        "preprocess": {"max_length": 32, "seed": 5, "num_partitions": 2, "shard": {"row_group_rows": 16},
+                       # Language and near-duplicates on the executors: they remove the same documents.
+                       "quality": {"language": {"keep": ["en"], "min_score": 0.3}, "near_dedup": {}}},
         "spark": {"conf": {"spark.sql.shuffle.partitions": 4}},
     }
     local = build_config({**tree, "run_dir": str(tmp_path / "local")})
@@ -159,6 +163,8 @@ def test_cluster_run_on_s3_equals_the_local_run(standalone_master, spark, tmp_pa
         assert cluster_split.model_copy(update={"files": []}) == local_split.model_copy(update={"files": []})
         assert [f.sha256 for f in cluster_split.files] == [f.sha256 for f in local_split.files]
     assert cluster_manifest.rejected_by_reason == local_manifest.rejected_by_reason
+    assert cluster_manifest.removed_by_rule == local_manifest.removed_by_rule
+    assert local_manifest.removed_by_rule.get("near_dedup.near_duplicate", 0) >= 1
     assert cluster_manifest.tokenizer_sha256 == local_manifest.tokenizer_sha256
 
 

@@ -152,3 +152,17 @@ def test_a_rule_removing_more_than_the_cap_stops_the_job_and_a_sample_still_coun
     assert len(per_file_rule) == len(set(per_file_rule))  # at most one sample per rule and task
     assert manifest.removed_by_rule["gopher_quality.short_doc"] > len(manifest.removed_files) >= 1
     assert len(rows) < sum(manifest.removed_by_rule.values())
+
+
+@pytest.mark.e2e  # spark-submit in its own JVM
+def test_local_1_through_spark_submit_removes_the_same_documents_and_builds_the_same_bytes(built, submit_preprocess,
+                                                                                       contents_of, tmp_path):
+    from pipeline.config import save_config
+
+    config = built[0]
+    single = build_config({**config.to_dict(), "run_dir": str(tmp_path / "single")})
+    save_config(single, str(tmp_path / "single.yaml"))
+    submit_preprocess(tmp_path / "single.yaml", "local[1]")
+    first = contents_of(config.dataset_dir)
+    assert first["manifest"]["removed_by_rule"] and first["rejects"]  # the removed samples' rows are compared too
+    assert contents_of(single.dataset_dir) == first

