@@ -223,11 +223,11 @@ def show_removed(dataset_dir: str, manifest: contract.Manifest, rule: str, num_r
             break
         with storage.open_input(storage.join(dataset_dir, entry.path)) as handle:
             table = pq.read_table(handle)
-        table = table.filter(pc.equal(table.column("removed_by"), rule)).slice(0, num_rows - shown)
+        table = table.filter(pc.equal(table.column(contract.REMOVED_BY), rule)).slice(0, num_rows - shown)
         for row in table.to_pylist():
             where = f"{row['source']}" + (f" @ byte {row['offset']}" if row.get("offset") is not None else "")
-            extra = "".join(f" {key}={row[key]}" for key in ("language", "language_score", "duplicate_of")
-                            if row.get(key) is not None)
+            extra = "".join(f" {key}={row[key]}" for key in (contract.LANGUAGE, contract.LANGUAGE_SCORE,
+                                                              contract.DUPLICATE_OF) if row.get(key) is not None)
             print(f"\n[{shown}] {where}{extra}\n{row['text']}")
             shown += 1
 

@@ -53,6 +53,8 @@ MANIFEST_FILE = "manifest.json"
 SUCCESS_FILE = "_SUCCESS"  # written after the manifest; a dataset without it is never read
 REJECTS_DIR = "rejects"
 REMOVED_DIR = "removed"  # a sample of what each quality rule removed, per read task
+REMOVED_BY = "removed_by"  # removed/ files: the quality rule that removed the record
+DUPLICATE_OF = "duplicate_of"  # removed/ files, near_dedup: the id of the document kept in its place
 
 
 class DataFile(BaseModel):

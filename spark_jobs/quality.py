@@ -22,8 +22,8 @@ from pipeline.errors import ShardlineError
 from spark_jobs import clean, language, near_dedup, text_filters
 from spark_jobs.read import LABEL_RAW, OFFSET, REJECT_REASON, SOURCE, TEXT
 
-REMOVED_BY = "removed_by"  # the quality rule that removed the record; null while it is kept
-DUPLICATE_OF = "duplicate_of"  # near_dedup: the id of the document kept in this one's place
+REMOVED_BY = contract.REMOVED_BY  # the quality rule that removed the record; null while it is kept
+DUPLICATE_OF = contract.DUPLICATE_OF  # near_dedup: the id of the document kept in this one's place
 NEAR_DUPLICATE = "near_dedup.near_duplicate"
 LANGUAGE, LANGUAGE_SCORE = contract.LANGUAGE, contract.LANGUAGE_SCORE
 REMOVED_COLUMNS = [SOURCE, OFFSET, REMOVED_BY, TEXT, LABEL_RAW, LANGUAGE, LANGUAGE_SCORE, DUPLICATE_OF]  # removed/
@@ -33,12 +33,12 @@ def mark_removals(records: DataFrame, quality: QualityConfig) -> DataFrame:
     """removed_by (and, with quality.language, language and language_score) on every record that is
     not a reject: the first heuristic rule it fails, else its language's verdict. One Python pass over
     the text, in the task that read it."""
+    if not quality.filters_active and quality.language is None:
+        return records.withColumn(REMOVED_BY, F.lit(None).cast("string"))
     fields = [T.StructField(REMOVED_BY, T.StringType())]
     if quality.language is not None:
         fields += [T.StructField(LANGUAGE, T.StringType()), T.StructField(LANGUAGE_SCORE, T.FloatType())]
     out_schema = T.StructType(records.schema.fields + fields)
-    if not quality.filters_active and quality.language is None:
-        return records.withColumn(REMOVED_BY, F.lit(None).cast("string"))
     names = records.columns
     text_index, reason_index = names.index(TEXT), names.index(REJECT_REASON)
 
