@@ -547,8 +547,8 @@ class EvalConfig(_Strict):
 class ReaderConfig(_Strict):
     """How training and evaluation read the dataset's row groups."""
 
-    backend: Literal["petastorm", "pyarrow"] = "petastorm"
-    """What reads row groups: `petastorm` (Petastorm's make_batch_reader worker, set up once per file), or `pyarrow` (pyarrow.fs, which needs no petastorm or pyspark)."""
+    backend: Literal["auto", "petastorm", "pyarrow"] = "auto"
+    """What reads row groups: `petastorm` (Petastorm's make_batch_reader worker, set up once per file; only the petastorm stack installs it), `pyarrow` (pyarrow.fs, which needs no petastorm or pyspark), or `auto`: petastorm where it is installed, else pyarrow."""
     verify_checksums: bool = True
     """Check each data file's sha256 against the manifest once per process, before its first row is read (one extra read of each file); false checks only sizes."""
 

@@ -26,7 +26,7 @@ draws nothing for the earlier ones. `StatefulLoader` is what the training loop s
 background thread that runs on into the next epoch, so an epoch starts warm. `iter_batches(spec)`
 is one epoch of one rank in the foreground (evaluation: unshuffled, every row, the last batch short).
 
-What is read is asked of a row-group source (training/backends: Petastorm, the default, or
+What is read is asked of a row-group source (training/backends: Petastorm, the default where installed, or
 pyarrow.fs), `num_workers` row groups at a time ahead of the batches, and checked against the
 manifest: a file whose size differs from its manifest entry, or a row group with other row counts,
 is refused with an error naming the file.
@@ -80,7 +80,7 @@ class ReaderSpec:
     num_workers: int = 1  # row groups read in parallel, ahead of the batches
     num_shuffle_row_groups: int = 4  # row groups whose rows are permuted together (a shuffle window)
     pin_memory: bool = False  # page-locked host batches, so host-to-GPU copies can be asynchronous
-    backend: str = "petastorm"  # the row-group source (training/backends)
+    backend: str = "auto"  # the row-group source (training/backends.resolve_backend)
     verify_checksums: bool = True  # sha256 of each file against the manifest, once per process, before its first read
 
     @property

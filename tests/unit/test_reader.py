@@ -375,3 +375,18 @@ def test_reader_backend_is_a_config_key_defaulting_to_petastorm():
     assert build_config(tree, ["reader.backend=pyarrow"]).reader.backend == "pyarrow"
     with pytest.raises(ConfigError, match="config key reader.backend"):
         build_config(tree, ["reader.backend=arrow"])
+
+
+def test_reader_backend_auto_is_petastorm_where_it_is_installed_else_pyarrow(monkeypatch):
+    from pipeline.errors import ShardlineError
+    from training import backends
+
+    installed = importlib.util.find_spec("petastorm") is not None
+    assert backends.resolve_backend("auto") == ("petastorm" if installed else "pyarrow")
+    assert backends.resolve_backend("pyarrow") == "pyarrow"
+    # As on the current stack, where Petastorm is not installed: auto falls back, petastorm is refused.
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "petastorm" else real_find_spec(name, *a))
+    assert backends.resolve_backend("auto") == "pyarrow"
+    with pytest.raises(ShardlineError, match=r"^reader.backend: petastorm needs Petastorm.*SHARDLINE_STACK=petastorm"):
+        backends.open_source("petastorm", [])

@@ -3,23 +3,28 @@
 The reader plans from the manifest (which row groups, in what order, on which rank) and asks a
 source only for "row group i of file f, these columns, as numpy arrays". Two sources:
 
-- `petastorm` (the default): Petastorm 0.12.1's `ArrowReaderWorker` (the worker `make_batch_reader`
+- `petastorm` (the default where it is installed: the `petastorm` stack): Petastorm 0.12.1's `ArrowReaderWorker` (the worker `make_batch_reader`
   runs) over the file's row-group pieces, set up once per file; on s3:// through
   `pyarrow.filesystem.S3FSWrapper` over s3fs 0.4.2.
-- `pyarrow`: `pyarrow.fs` + `ParquetFile.read_row_group`; imports nothing of Petastorm or Spark, so
-  it runs on numpy 2 and a current pyarrow.
+- `pyarrow` (the default on the `current` stack, which has no Petastorm): `pyarrow.fs` +
+  `ParquetFile.read_row_group`; imports nothing of Petastorm or Spark, so it runs on numpy 2 and a
+  current pyarrow.
+`reader.backend: auto` picks between them by what is installed (resolve_backend).
 
 A source must be safe to call from several threads at once (the reader reads ahead in parallel).
 """
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
+
+from pipeline.errors import ShardlineError
 
 BACKENDS = {  # name -> module holding its `open_source(files)`, imported only when chosen
     "petastorm": "training.backends.petastorm_source",
@@ -46,11 +51,29 @@ class RowGroupSource(Protocol):
         """Release what the source holds (connections, clients)."""
 
 
+class BackendUnavailableError(ShardlineError):
+    """reader.backend names a source whose library this environment does not have."""
+
+
+def resolve_backend(backend: str) -> str:
+    """The source reader.backend means here: `auto` is petastorm where Petastorm is installed, else
+    pyarrow; `petastorm` without Petastorm (the current stack) is a one-line error."""
+    installed = importlib.util.find_spec("petastorm") is not None
+    if backend == "auto":
+        return "petastorm" if installed else "pyarrow"
+    if backend == "petastorm" and not installed:
+        raise BackendUnavailableError(
+            "reader.backend: petastorm needs Petastorm, which this environment (the current stack) does not "
+            "install; use reader.backend: pyarrow (or auto), or train on the petastorm stack "
+            "(SHARDLINE_STACK=petastorm, Python 3.10-3.12)")
+    if backend not in BACKENDS:
+        raise ValueError(f"reader.backend {backend!r} is not one of {['auto', *sorted(BACKENDS)]}")
+    return backend
+
+
 def open_source(backend: str, files: Sequence[SourceFile]) -> RowGroupSource:
     """A source for `files` (every file it will be asked for)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"reader.backend {backend!r} is not one of {sorted(BACKENDS)}")
-    return importlib.import_module(BACKENDS[backend]).open_source(files)
+    return importlib.import_module(BACKENDS[resolve_backend(backend)]).open_source(files)
 
 
 def table_to_numpy(table: pa.Table) -> dict[str, np.ndarray]:
