@@ -1,7 +1,9 @@
-# The README's two commands. Both create .venv/ first (idempotent); `make test` also creates
-# .venv-airflow/ (Airflow, kept apart from the pinned stack) for the DAG tests, and .venv-current/
-# (numpy 2, current pyarrow, no Spark, no Petastorm: the GPU machine's stack) for the training side.
-.PHONY: setup setup-airflow setup-current demo test test-quick config-docs
+# The README's two commands, `make demo` and `make test`. Each picks a stack (scripts/stack.sh:
+# petastorm when a Python 3.10-3.12 exists, else current; SHARDLINE_STACK chooses) and sets up its
+# environment first (idempotent): .venv/ for petastorm, .venv-current/ for current. `make test` runs
+# the whole suite on every stack this machine can run, with .venv-airflow/ (Airflow, kept apart from
+# both stacks) for the DAG tests.
+.PHONY: setup setup-airflow demo test test-quick config-docs
 
 setup:
 	./scripts/setup.sh
@@ -9,24 +11,18 @@ setup:
 setup-airflow:
 	./scripts/setup_airflow.sh
 
-setup-current:
-	./scripts/setup_current.sh
+demo:
+	./scripts/demo.sh
 
-demo: setup
-	.venv/bin/python -m pipeline.demo
+test:
+	./scripts/test.sh
 
-# Then the unit and training tests again on the current stack (those needing pyspark skip there,
-# through importorskip), with tests/current_stack, which checks that stack itself.
-# pytest-xdist runs one test file per core at a time (--dist loadfile keeps a file's module fixtures,
-# e.g. one Airflow home or one built dataset, in one process); the slow files are handed out first.
-test: setup setup-airflow setup-current
-	.venv/bin/python -m pytest -q -n auto --dist loadfile
-	.venv-current/bin/python -m pytest -q -m unit tests/unit tests/current_stack
-
-# The edit loop: the unit tier and the Spark tier on the shared session, no subprocess runs.
-test-quick: setup
-	.venv/bin/python -m pytest -q -n auto --dist loadfile -m "unit or spark" tests/unit tests/spark
+# The edit loop: the unit tier and the Spark tier on the shared session, no subprocess runs, on the
+# picked stack.
+test-quick:
+	./scripts/test.sh --quick
 
 # Regenerates docs/config.md from the config models (a test fails while it is stale).
-config-docs: setup
-	.venv/bin/python -m pipeline.config_reference --write
+config-docs:
+	./scripts/setup.sh
+	"$$(. scripts/stack.sh && stack_pick 2>/dev/null && stack_venv "$$STACK")/bin/python" -m pipeline.config_reference --write

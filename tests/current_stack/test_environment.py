@@ -1,7 +1,8 @@
-"""The stack the GPU machine has: numpy 2, a current pyarrow, torch, no pyspark and no petastorm
-(.venv-current, made by scripts/setup_current.sh). The training side must import and run there.
-Collected only when named (`pytest tests/current_stack`, as `make test` does in .venv-current): the
-main environment has Spark and Petastorm on purpose."""
+"""The current stack itself (.venv-current, made by `scripts/setup.sh current`): Spark 4, numpy 2, a
+current pyarrow, no Petastorm and no s3fs 0.4.2. The GPU image has this stack without pyspark, so the
+training side must import and run without loading any of Spark. Collected only when named (`pytest
+tests/current_stack`, as scripts/test.sh does in .venv-current): the petastorm stack is the other
+one on purpose."""
 import importlib
 import importlib.util
 import json
@@ -18,16 +19,32 @@ pytestmark = pytest.mark.unit
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("name", ["pyspark", "petastorm"])
-def test_the_spark_stack_is_not_importable_here(name):
+@pytest.mark.parametrize("name", ["petastorm", "s3fs"])
+def test_the_petastorm_stacks_reader_is_not_importable_here(name):
     assert importlib.util.find_spec(name) is None
     with pytest.raises(ImportError):
         importlib.import_module(name)
 
 
-def test_numpy_2_and_a_current_pyarrow():
+def test_spark_4_numpy_2_and_a_current_pyarrow():
+    import pandas
+    import pyspark
+
+    assert int(pyspark.__version__.split(".")[0]) == 4
     assert int(np.__version__.split(".")[0]) >= 2
-    assert int(pa.__version__.split(".")[0]) >= 15  # past what Petastorm 0.12 can import
+    assert int(pa.__version__.split(".")[0]) >= 18  # what Spark 4 needs, past what Petastorm 0.12 can import
+    assert int(pandas.__version__.split(".")[0]) == 2  # Spark 4.3 warns on every conversion with pandas 3
+
+
+def test_the_default_reader_here_is_pyarrow_and_petastorm_is_a_one_line_error():
+    from pipeline.errors import ShardlineError
+    from training.backends import resolve_backend
+
+    assert resolve_backend("auto") == "pyarrow"
+    with pytest.raises(ShardlineError) as error:
+        resolve_backend("petastorm")
+    message = str(error.value)
+    assert "\n" not in message and "petastorm stack" in message and "reader.backend: pyarrow" in message
 
 
 def test_the_training_side_imports_without_them():
