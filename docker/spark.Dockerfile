@@ -1,16 +1,18 @@
-# The Spark image: the official Apache Spark 3.5 image plus shardline's Spark-side Python stack.
+# The Spark image: the official Apache Spark 4 image plus shardline's Spark-side Python stack, the
+# current stack (constraints-current.txt: Spark 4, numpy 2, a current pyarrow; scripts/stack.sh).
 # It runs the standalone master and worker of docker/compose.yaml and submits the preprocess job.
 #   docker build -f docker/spark.Dockerfile -t shardline-spark:0.1.0 .
-# SPARK_IMAGE's Spark version must equal constraints.txt's pyspark: the job's Python side (pip's
-# pyspark) talks to this image's JVM, and executors unpickle what the driver pickled.
-ARG SPARK_IMAGE=apache/spark:3.5.9-scala2.12-java17-python3-ubuntu
+# SPARK_IMAGE's Spark version must equal constraints-current.txt's pyspark: the job's Python side
+# (pip's pyspark) talks to this image's JVM, and executors unpickle what the driver pickled. The
+# dataset it writes trains on either stack (README "Two stacks").
+ARG SPARK_IMAGE=apache/spark:4.3.0-scala2.13-java17-python3-ubuntu
 FROM ${SPARK_IMAGE}
 
 # The base image runs as uid 185 (spark); installing needs root for a moment.
 USER 0
 WORKDIR /opt/shardline
-COPY constraints.txt docker/requirements-spark.txt ./
-RUN pip3 install --no-cache-dir -c constraints.txt -r requirements-spark.txt
+COPY constraints-current.txt docker/requirements-spark.txt ./
+RUN pip3 install --no-cache-dir -c constraints-current.txt -r requirements-spark.txt
 COPY pyproject.toml README.md ./
 COPY pipeline ./pipeline
 COPY spark_jobs ./spark_jobs

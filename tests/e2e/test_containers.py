@@ -38,13 +38,23 @@ def test_dockerfile_passes_hadolint_with_no_finding_at_all(dockerfile):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_images_start_from_the_official_spark_and_pytorch_images_at_the_pinned_versions():
-    pins = dict(line.strip().split("==") for line in (REPO_ROOT / "constraints.txt").read_text().splitlines()
+def pins(name: str) -> dict[str, str]:
+    return dict(line.split("#")[0].strip().split("==") for line in (REPO_ROOT / name).read_text().splitlines()
                 if "==" in line and not line.startswith("#"))
+
+
+def test_images_start_from_the_official_spark_and_pytorch_images_at_the_pinned_versions():
+    petastorm, current = pins("constraints.txt"), pins("constraints-current.txt")
     spark = (REPO_ROOT / "docker" / "spark.Dockerfile").read_text()
     train = (REPO_ROOT / "docker" / "train.Dockerfile").read_text()
-    assert f"ARG SPARK_IMAGE=apache/spark:{pins['pyspark']}-" in spark
-    assert f"ARG PYTORCH_IMAGE=pytorch/pytorch:{pins['torch']}-cuda" in train and "-runtime" in train
+    # The Spark image is the current stack's: Spark 4, its pins.
+    assert current["pyspark"].startswith("4.") and f"ARG SPARK_IMAGE=apache/spark:{current['pyspark']}-" in spark
+    assert "-c constraints-current.txt" in spark and "constraints.txt" not in spark.replace("constraints-current.txt", "")
+    # The training image offers both stacks, current by default, on the torch both pin.
+    assert petastorm["torch"] == current["torch"]
+    assert f"ARG PYTORCH_IMAGE=pytorch/pytorch:{current['torch']}-cuda" in train and "-runtime" in train
+    assert "ARG STACK=current" in train
+    assert '-c constraints.txt ".[petastorm]"' in train and "-c constraints-current.txt ." in train
 
 
 def test_compose_runs_a_standalone_master_and_worker_and_the_trainer_on_one_volume():
