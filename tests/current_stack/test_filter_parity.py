@@ -2,7 +2,7 @@
 filter, on a real corpus, for at least 99.5 % of its documents.
 
 datatrove (and spaCy, its English word tokenizer: `spacy.blank("en")`, rule-based, nothing to
-download) is installed in .venv-current only (numpy 2); in .venv this module skips.
+download) is installed in the current stack only (.venv-current: datatrove needs numpy 2).
 
 The corpus is real text found offline and in a fixed order, so the figures are the same on every
 run of one environment (pinned by constraints-current.txt):

@@ -2,7 +2,7 @@
 apart from the read pass, spark_jobs.input_count.check_input_counts), without Spark."""
 import pytest
 
-pytest.importorskip("pyspark")  # spark_jobs imports it; the Spark-free test environment has none
+pytest.importorskip("pyspark")  # spark_jobs imports it; a GPU machine's training-only environment has none
 
 from pipeline.storage import FileEntry
 from spark_jobs.input_count import FileCount, InputCountError, check_input_counts

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 # The driver launches pyspark's spark-submit and reads inputs through spark_jobs: nothing to test
-# in the Spark-free environment.
+# in a training-only environment (a GPU machine without pyspark).
 pytest.importorskip("pyspark")
 from pipeline import contract, driver  # noqa: E402
 from pipeline.config import build_config  # noqa: E402

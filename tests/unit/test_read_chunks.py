@@ -5,7 +5,7 @@ import pytest
 
 from pipeline import storage
 
-pytest.importorskip("pyspark")  # spark_jobs imports it; the Spark-free test environment has none
+pytest.importorskip("pyspark")  # spark_jobs imports it; a GPU machine's training-only environment has none
 from spark_jobs.read import EmptyFile, plan_chunks, read_chunk_lines  # noqa: E402
 
 

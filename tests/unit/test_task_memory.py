@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-pytest.importorskip("pyspark")  # spark_jobs imports it; the Spark-free test environment has none
+pytest.importorskip("pyspark")  # spark_jobs imports it; a GPU machine's training-only environment has none
 
 from pyspark.sql import types as T
 
