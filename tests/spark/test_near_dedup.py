@@ -49,14 +49,16 @@ def one_word_changed(text: str) -> str:
     return " ".join(words[:middle] + ["CHANGED"] + words[middle + 1:])
 
 
-def chain(text: str) -> tuple[str, str, str]:
-    """A ~ B and B ~ C share a band, A and C do not: windows of 220 words sliding over a long text."""
-    words = text.split()
-    for shift in range(8, 60):
-        a, b, c = (" ".join(words[k * shift:k * shift + 220]) for k in range(3))
-        if share_a_band(a, b) and share_a_band(b, c) and not share_a_band(a, c):
-            return a, b, c
-    raise AssertionError("no shift makes a chain of this text")
+def chain(texts: list[str]) -> tuple[str, str, str]:
+    """A ~ B and B ~ C share a band, A and C do not: windows of 220 words sliding over a long text,
+    the first of texts' groups of four (each Python's stdlib docstrings differ) where a shift does."""
+    for start in range(0, len(texts) - 3, 4):
+        words = " ".join(texts[start:start + 4]).split()
+        for shift in range(8, 60):
+            a, b, c = (" ".join(words[k * shift:k * shift + 220]) for k in range(3))
+            if share_a_band(a, b) and share_a_band(b, c) and not share_a_band(a, c):
+                return a, b, c
+    raise AssertionError("no shift makes a chain of these texts")
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +87,7 @@ def planted(long_texts):
     plant("doc-106", one_word_changed(base[5]), base[5])
     # A chain: A ~ B ~ C with A !~ C is one component; A has the smallest id, so C is linked to
     # it only through B (connected components has work to do).
-    a, b, c = chain(" ".join(long_texts[40:44]))
+    a, b, c = chain(long_texts[40:])
     rows += [("doc-200", a), ("doc-201", b), ("doc-202", c)]
     removed += [(sha(b), sha(a)), (sha(c), sha(a))]
     return rows, removed
