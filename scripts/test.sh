@@ -24,9 +24,12 @@ else
   stack_pick  # says which the demo uses, or fails when no Python runs either stack
 fi
 ./scripts/setup_airflow.sh
-summary=()
+# Every stack first: the petastorm suite's cross-stack test starts the current stack's environment.
 for stack in "${stacks[@]}"; do
   ./scripts/setup.sh "$stack"
+done
+summary=()
+for stack in "${stacks[@]}"; do
   venv=$(stack_venv "$stack")
   echo "test.sh: the $stack stack's suite, in $venv" >&2
   started=$(date +%s)

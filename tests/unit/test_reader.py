@@ -369,9 +369,9 @@ def test_a_manifest_without_a_file_list_is_refused(tmp_path):
         split_spec(tmp_path, manifest, "train", batch_size=4, columns=COLUMNS, shuffle=False)
 
 
-def test_reader_backend_is_a_config_key_defaulting_to_petastorm():
+def test_reader_backend_is_a_config_key_defaulting_to_auto():
     tree = {"run_dir": "runs/x", "data": {"input": "in.jsonl", "label_column": "label"}, "tokenizer": {"path": "tok"}}
-    assert build_config(tree).reader.backend == "petastorm"
+    assert build_config(tree).reader.backend == "auto"  # petastorm where installed (resolve_backend)
     assert build_config(tree, ["reader.backend=pyarrow"]).reader.backend == "pyarrow"
     with pytest.raises(ConfigError, match="config key reader.backend"):
         build_config(tree, ["reader.backend=arrow"])
