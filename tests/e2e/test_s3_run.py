@@ -2,7 +2,6 @@
 configured only through the AWS_* variables: every stage reads and writes the bucket, nothing lands
 in a local `s3:` directory, and a second run skips every stage."""
 import json
-import math
 import os
 import subprocess
 import sys
@@ -69,16 +68,3 @@ def test_classification_run_on_s3_then_an_unchanged_rerun_skips(bucket_with_corp
                       "Create a new event loop and run the coroutine until it completes."], tmp_path)
     assert predicted.returncode == 0, predicted.stderr
     assert json.loads(predicted.stdout.splitlines()[0])["label"] in {"asyncio", "email", "logging", "tkinter"}
-
-
-def test_gpt2_run_on_s3_with_the_pyarrow_reader(bucket_with_corpus, tmp_path):
-    run_dir = f"{bucket_with_corpus}/runs/gpt2"
-    result = _run([*SHARDLINE, "run", "--config", str(REPO_ROOT / "configs/demo.yaml"), "--set", f"run_dir={run_dir}",
-                   "--set", f"data.input={bucket_with_corpus}/corpus/docstrings.jsonl", *SMALL,
-                   "--set", "data.label_column=null", "--set", "preprocess.task=causal_lm", "--set", "train.model=gpt2",
-                   "--set", "train.lr=0.003", "--set", "train.model_config={n_embd: 64, n_layer: 1, n_head: 2}",
-                   "--set", "reader.backend=pyarrow", "--set", f"storage.local_dir={tmp_path / 'local'}"], tmp_path)
-    evaluation = _check_run(run_dir, tmp_path, result)
-    assert list((tmp_path / "local" / "tensorboard").iterdir())  # what cannot be appended on S3 stays local
-    assert (tmp_path / "local" / "logs" / "train.log").exists()
-    assert evaluation["task"] == "causal_lm" and evaluation["tokens"] > 0 and math.isfinite(evaluation["perplexity"])
