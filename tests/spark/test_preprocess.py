@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from dataset_reads import split_table
 from pipeline import contract, storage
-from pipeline.config import build_config, save_config
+from pipeline.config import build_config
 from pipeline.demo import write_jsonl
 from spark_jobs import read, split
 from spark_jobs.preprocess import AccountingError, DatasetConflictError, build_dataset, check_existing
@@ -268,22 +268,17 @@ def test_written_rows_are_the_padded_encoding_of_the_documents(spark, built):
 
 
 
-@pytest.mark.e2e  # spark-submit in its own JVM
-def test_fresh_run_dirs_on_local_1_and_local_2_build_the_same_dataset(spark, built, submit_preprocess, contents_of,
-                                                                        tmp_path):
-    # A trained (wordpiece) tokenizer, two more fresh run_dirs: one on the shared local[2] session,
-    # one through spark-submit --master local[1] (its own JVM, default spark.* settings).
+def test_a_fresh_run_dir_builds_the_same_dataset(spark, built, contents_of, tmp_path):
+    # A trained (wordpiece) tokenizer, another fresh run_dir on the shared local[2] session. Another JVM
+    # on local[1] (spark-submit) builds the same bytes in test_quality.py (this config with every
+    # quality rule on) and test_causal_lm.py (BPE, packed): one spark-submit each, not one per config.
     config, manifest, _ = built
     again = build_config({**config.to_dict(), "run_dir": str(tmp_path / "again")})
     build_dataset(spark, again)
-    single = build_config({**config.to_dict(), "run_dir": str(tmp_path / "single")})
-    save_config(single, str(tmp_path / "single.yaml"))
-    submit_preprocess(tmp_path / "single.yaml", "local[1]")
     first = contents_of(config.dataset_dir)
     assert first["shards"] and first["tokenizer"]
-    for other in (again, single):
-        assert contents_of(other.dataset_dir) == first, other.run_dir
-        assert storage.read_bytes(storage.join(other.tokenizer_dir, "tokenizer.json")) == first["tokenizer"]["tokenizer.json"]
+    assert contents_of(again.dataset_dir) == first
+    assert storage.read_bytes(storage.join(again.tokenizer_dir, "tokenizer.json")) == first["tokenizer"]["tokenizer.json"]
 
 
 def test_a_row_lost_after_dedup_fails_the_job_and_publishes_nothing(spark, tmp_path, monkeypatch):
