@@ -6,6 +6,7 @@ manifest always refer to the same bytes.
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections import Counter
@@ -162,7 +163,7 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     elif path_obj.is_dir() or not _looks_like_hub_name(str(path)):
         if not path_obj.exists():
             raise MissingPathError(f"tokenizer.path {path} does not exist")
-        tokenizer = _auto_tokenizer().from_pretrained(str(path_obj))
+        tokenizer = (_named_tokenizer_class(path_obj) or _auto_tokenizer()).from_pretrained(str(path_obj))
     else:
         tokenizer = _auto_tokenizer().from_pretrained(str(path))
     if not tokenizer.is_fast:
@@ -181,10 +182,33 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
 _CONVENTIONAL_PAD_TOKENS = ("[PAD]", "<pad>", "<|pad|>", "<|padding|>")
 
 
+def _named_tokenizer_class(directory: Path) -> type | None:
+    """The fast class a directory's tokenizer_config.json names (`tokenizer_class`), as AutoTokenizer
+    would pick it, found without AutoTokenizer; None when the directory names none, or a class this
+    transformers does not have or cannot import."""
+    try:
+        name = json.loads((directory / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(name, str) or not name.isidentifier():
+        return None
+    import transformers
+
+    # transformers 4 names the slow class and AutoTokenizer takes its Fast twin; in 5 the named class is fast.
+    for candidate in dict.fromkeys((name if name.endswith("Fast") else f"{name}Fast", name)):
+        try:
+            found = getattr(transformers, candidate)
+        except (AttributeError, ImportError):
+            continue
+        if isinstance(found, type) and issubclass(found, PreTrainedTokenizerFast):
+            return found
+    return None
+
+
 def _auto_tokenizer():
-    """transformers.AutoTokenizer, imported where a directory needs its class resolved: it imports
-    torch (~1.7 s), which the Spark job's driver never uses otherwise (a trained tokenizer or a
-    bare tokenizer.json is a PreTrainedTokenizerFast)."""
+    """transformers.AutoTokenizer, imported only where a directory's class is not named plainly in
+    its tokenizer_config.json (`_named_tokenizer_class`): it imports torch (~1.5 s), which the Spark
+    job's driver never uses otherwise."""
     from transformers import AutoTokenizer
 
     return AutoTokenizer
