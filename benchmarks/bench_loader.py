@@ -7,7 +7,8 @@ stall of a real-text mlp run (2 epochs, batch 64) on GCIDE documents built by th
 
 Each case runs the backends the environment has: both on the petastorm stack, pyarrow alone on the
 current one (no Petastorm there, so no Petastorm shuffle either). `--stacks petastorm,current` runs the
-whole benchmark once in each stack's environment and prints their figures side by side.
+whole benchmark once in each stack's environment and prints their figures side by side (start it with
+either stack's python: this module imports the training side).
 
 1. Throughput: `StatefulLoader` (rank 0 of 1, shuffled and not, both backends) on a synthetic 200k x
    128-token split on local disk, in rows/s (the best of --repeats runs, each figure) and as a ratio
