@@ -60,7 +60,7 @@ def test_training_three_times_gives_identical_tokenizer_files(docstring_records,
     assert len(vocab) == 800  # the whole budget is used, by merges beyond the alphabet
 
 
-def test_training_saving_and_loading_any_tokenizer_directory_never_import_torch(tmp_path):
+def test_training_saving_and_loading_tokenizers_whose_class_is_named_never_import_torch(tmp_path):
     """AutoTokenizer imports torch (~1.5 s of every Spark job driver's start); the class a directory's
     tokenizer_config.json names is found without it: a trained one's, a bare tokenizer.json and a
     pretrained BERT's."""
