@@ -67,8 +67,11 @@ def _every_class() -> Corpus:
     return Corpus("jsonl", "classification", True, files)
 
 
-def _found_compressed_csv() -> Corpus:
-    """Found by a 200-example run (SHARDLINE_TEST_SEED=20261203): a .csv.gz was read undecompressed."""
+def _found_csv_cases() -> Corpus:
+    """Found by a 200-example run (SHARDLINE_TEST_SEED=20261203): a .csv.gz was read undecompressed.
+    Found by CI (part-03): Python 3.11's csv.writer with a "\n" terminator leaves a bare "\r" unquoted;
+    the csv module ends the row there, so `\x00;` is a malformed record and `,b` a record: 7 rows
+    written, 8 records counted, none lost."""
     def csv_file(name, raw, rows):
         return CsvCorpusFile(name, name[name.index(".csv") + 4:], [Line("csv_quoting", b"")] * rows,
                              kinds={"csv_quoting"}, raw=raw)
@@ -77,6 +80,8 @@ def _found_compressed_csv() -> Corpus:
         csv_file("part-00.csv", b"text,label\n", 0),
         csv_file("part-01.csv", b'"text","label"\r\n"\n\t",""\r\n"\xe9\xa9\x80b","a"\r\n', 2),
         csv_file("part-02.csv.gz", b'"text","label"\r\n"\x16Mv\x16\xc3\xb8\xf2\xbd\xac\xb5\x13B","c"\r\n"\xc2\x84R\x06",""\r\n', 2),
+        csv_file("part-03.csv.bz2", b'text,label\n"a\t\',\r\xe2\x80\xa8",b\n_node,zz\n\x00;\r,b\n"""\xc3\xa9\xc3\xa9\t",a\n'
+                 b'the loop \xef\xac\x81le of na\xc3\xafve,a\n<tag> #1 future,\nB\xc3\x94w\xc3\xac\xc2\xa9\xc2\x89\xc2\xa1,\n', 8),
     ])
 
 
@@ -121,7 +126,7 @@ def _documents_in_shards(dataset_dir: str, task: str) -> int:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
 )
 @example(corpus=_every_class())
-@example(corpus=_found_compressed_csv())  # each example a run found stays a fixed case
+@example(corpus=_found_csv_cases())  # each example a run found stays a fixed case
 @seed(TEST_SEED)  # fresh draws (SHARDLINE_FUZZ_EXAMPLES set) rerun exactly with SHARDLINE_TEST_SEED
 @given(corpus=corpora())
 def test_every_generated_record_is_a_document_a_reject_or_a_duplicate(spark, tmp_path_factory, contents_of, corpus):
