@@ -90,6 +90,7 @@ def s3_server():
     subprocesses) finds it through the standard AWS_* environment variables alone."""
     import logging
 
+    pytest.importorskip("moto.server", reason="moto[server] is not installed: a training-only GPU machine")
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -127,9 +128,9 @@ def s3_bucket(s3_server, request):
 @pytest.fixture(scope="session")
 def docstring_records():
     """The demo corpus: real stdlib docstrings labelled by package."""
-    from pipeline.demo import stdlib_docstrings
+    from pipeline.demo import demo_records
 
-    return stdlib_docstrings()
+    return demo_records()
 
 
 @pytest.fixture(scope="session")
