@@ -43,10 +43,10 @@ def load_texts(workdir: Path) -> tuple[str, list[str]]:
 
         return "GCIDE", [text for _, text in corpora.gcide_entries(workdir)]
     except Exception as error:  # noqa: BLE001 - any failure to fetch it: fall back to what is local
-        from pipeline.demo import stdlib_docstrings
+        from pipeline.demo import demo_records
 
         print(f"GCIDE unavailable ({error.__class__.__name__}: {error}); using stdlib docstrings")
-        return "stdlib docstrings", [r["text"] for r in stdlib_docstrings()]
+        return "stdlib docstrings", [r["text"] for r in demo_records()]
 
 
 def string_shingles(text: str) -> list[str]:

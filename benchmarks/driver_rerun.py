@@ -18,7 +18,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from pipeline.demo import stdlib_docstrings, write_jsonl  # noqa: E402
+from pipeline.demo import demo_records, write_jsonl  # noqa: E402
 
 
 def timed_run(args: list[str]) -> float:
@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--fraction", type=int, default=6, help="use every N-th demo docstring")
     fraction = parser.parse_args().fraction
     with tempfile.TemporaryDirectory() as root:
-        corpus = write_jsonl(stdlib_docstrings()[::fraction], Path(root) / "corpus.jsonl")
+        corpus = write_jsonl(demo_records()[::fraction], Path(root) / "corpus.jsonl")
         args = ["--config", "configs/demo.yaml", "--set", f"run_dir={root}/run", "--set", f"data.input={corpus}",
                 "--set", "train.epochs=1"]
         fresh = timed_run(args)

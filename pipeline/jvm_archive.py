@@ -117,7 +117,7 @@ def build(path: Path) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="shardline-jvm-archive-") as work:
-        corpus = demo.write_jsonl(demo.stdlib_docstrings(("email", "logging")), Path(work) / "corpus.jsonl")
+        corpus = demo.write_jsonl(demo.demo_records(("email", "logging")), Path(work) / "corpus.jsonl")
         config = load_config(str(demo.DEMO_CONFIG), [
             f"run_dir={work}/run", f"data.input={corpus}", "tokenizer.train.vocab_size=500",
             "tokenizer.train.sample_size=2000", "spark.jvm_archive=false",

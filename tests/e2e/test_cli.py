@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import contract
-from pipeline.demo import stdlib_docstrings, write_jsonl
+from pipeline.demo import demo_records, write_jsonl
 from pseudo_terminal import run_in_terminal, screen_lines
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ def demo_run(tmp_path_factory):
     """The demo recipe run as a person at a terminal runs it (stdout and stderr a pseudo-terminal),
     on the demo corpus made distinct after cleaning, plus two duplicates and one line of each BAD_LINES."""
     root = tmp_path_factory.mktemp("e2e")
-    records = list({_cleaned(r["text"]): r for r in stdlib_docstrings() if _cleaned(r["text"])}.values())
+    records = list({_cleaned(r["text"]): r for r in demo_records() if _cleaned(r["text"])}.values())
     corpus = write_jsonl(records, root / "corpus" / "docstrings.jsonl")
     with open(corpus, "a") as handle:
         handle.write(json.dumps(records[0]) + "\n")  # exact duplicate

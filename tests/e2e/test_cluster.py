@@ -16,7 +16,7 @@ import pytest
 from dataset_reads import split_rows
 from pipeline import contract, storage
 from pipeline.config import build_config, save_config
-from pipeline.demo import stdlib_docstrings, write_jsonl
+from pipeline.demo import demo_records, write_jsonl
 from pipeline.packaging import build_package
 from spark_jobs.preprocess import build_dataset
 
@@ -111,7 +111,7 @@ def test_cluster_run_on_s3_equals_the_local_run(standalone_master, spark, tmp_pa
     import boto3
 
     master, ui_port, env = standalone_master
-    records = stdlib_docstrings()[::12]
+    records = demo_records()[::12]
     longest = max(records, key=lambda r: len(r["text"]))
     records.append({**longest, "text": longest["text"].replace(" the ", " a ", 1)})  # a near-duplicate
     corpus = write_jsonl(records, tmp_path / "corpus.jsonl")
@@ -199,7 +199,7 @@ def test_torch_distributor_on_the_cluster_trains_the_model_a_torchrun_run_trains
 
     master, ui_port, env = standalone_master
     tree = {
-        "data": {"input": str(write_jsonl(stdlib_docstrings()[::10], tmp_path / "corpus.jsonl")), "label_column": "label"},
+        "data": {"input": str(write_jsonl(demo_records()[::10], tmp_path / "corpus.jsonl")), "label_column": "label"},
         "tokenizer": {"train": {"vocab_size": 400}},
         "preprocess": {"max_length": 24, "seed": 2, "shard": {"row_group_rows": 64}},
         "train": {"epochs": 1, "batch_size": 8, "embedding_dim": 16, "hidden_size": 32, "num_reader_workers": 1},

@@ -14,7 +14,7 @@ import pytest
 from dataset_reads import split_rows
 from pipeline import contract, storage
 from pipeline.config import build_config, save_config
-from pipeline.demo import stdlib_docstrings, write_jsonl
+from pipeline.demo import demo_records, write_jsonl
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FAULTS = Path(__file__).resolve().parent / "faults" / "commit"
@@ -25,7 +25,7 @@ def corpus_and_tokenizer(tmp_path_factory, small_tokenizer, s3_server):
     import boto3
 
     root = tmp_path_factory.mktemp("commit")
-    corpus = write_jsonl(stdlib_docstrings()[::8], root / "corpus.jsonl")
+    corpus = write_jsonl(demo_records()[::8], root / "corpus.jsonl")
     small_tokenizer.save_pretrained(str(root / "tokenizer"))
     boto3.client("s3").create_bucket(Bucket="shardline-commit")
     storage.write_bytes("s3://shardline-commit/corpus/docstrings.jsonl", corpus.read_bytes())

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.demo import stdlib_docstrings, write_jsonl
+from pipeline.demo import demo_records, write_jsonl
 
 pytestmark = pytest.mark.e2e
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def built(tmp_path_factory):
     if Path(sys.prefix).resolve() != VENVS["petastorm"].resolve():
         pytest.skip("runs once, in the petastorm stack's suite (it starts both stacks itself)")
     root = tmp_path_factory.mktemp("cross-stack")
-    corpus = write_jsonl(stdlib_docstrings()[:1500], root / "corpus.jsonl")
+    corpus = write_jsonl(demo_records()[:1500], root / "corpus.jsonl")
     settings = ["--config", "configs/demo.yaml", "--set", f"data.input={corpus}", "--set", "tokenizer.train.vocab_size=1500",
                 "--set", "preprocess.max_length=64", "--set", "train.epochs=2", "--set", "train.device=cpu"]
     for stack in VENVS:

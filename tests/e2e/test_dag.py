@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.demo import stdlib_docstrings, write_jsonl
+from pipeline.demo import demo_records, write_jsonl
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AIRFLOW_VENV = Path(os.environ.get("SHARDLINE_AIRFLOW_VENV", REPO_ROOT / ".venv-airflow"))
@@ -115,7 +115,7 @@ def test_dagbag_imports_the_dag_with_its_graph_retries_and_validated_params(airf
 def dated_run(airflow_env, tmp_path_factory):
     """`airflow dags test shardline DS`: one whole run, Spark to eval.json, for logical date DS."""
     tmp_path = tmp_path_factory.mktemp("dag-run")
-    corpus = write_jsonl(stdlib_docstrings()[::8], tmp_path / "corpus.jsonl")
+    corpus = write_jsonl(demo_records()[::8], tmp_path / "corpus.jsonl")
     recipe = yaml.safe_load((REPO_ROOT / "configs" / "demo.yaml").read_text())
     recipe["run_dir"] = str(tmp_path / "unused")  # the DAG sets run_dir per ds
     recipe["data"]["input"] = str(corpus)
@@ -177,7 +177,7 @@ def test_a_manual_mixture_run_without_logical_date_builds_each_source_in_its_run
     config's spark.master (local[2]); evaluate reports each source."""
     import re
 
-    records = stdlib_docstrings()[::8]
+    records = demo_records()[::8]
     recipe = yaml.safe_load((REPO_ROOT / "configs" / "demo.yaml").read_text())
     recipe["run_dir"] = str(tmp_path / "unused")
     del recipe["data"]["input"]

@@ -15,7 +15,7 @@ import psutil
 import pytest
 import yaml
 
-from pipeline.demo import stdlib_docstrings, write_jsonl
+from pipeline.demo import demo_records, write_jsonl
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -41,7 +41,7 @@ def mixture_config(tmp_path_factory):
     """Three corpora of stdlib docstrings (disjoint thirds of a sample, all four packages in each)
     and a config mixing them 0.5/0.3/0.2."""
     root = tmp_path_factory.mktemp("mixture")
-    records = stdlib_docstrings()[::4]
+    records = demo_records()[::4]
     tree = yaml.safe_load((REPO_ROOT / "configs" / "demo.yaml").read_text())
     tree["run_dir"] = str(root / "run")
     del tree["data"]["input"]

@@ -15,7 +15,7 @@ import pytest
 
 from pipeline import driver, jvm_archive
 from pipeline.config import load_config
-from pipeline.demo import stdlib_docstrings, write_jsonl
+from pipeline.demo import demo_records, write_jsonl
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -38,7 +38,7 @@ def mtimes(run_dir: Path) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("driver")
-    corpus = write_jsonl(stdlib_docstrings()[::6], root / "corpus.jsonl")
+    corpus = write_jsonl(demo_records()[::6], root / "corpus.jsonl")
     run_dir = root / "run"
     args = ["--config", "configs/demo.yaml", "--set", f"run_dir={run_dir}", "--set", f"data.input={corpus}",
             "--set", "train.epochs=1", "--set", "tokenizer.train.vocab_size=500"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import contract, storage
-from pipeline.demo import stdlib_docstrings, write_jsonl
+from pipeline.demo import demo_records, write_jsonl
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARDLINE = [sys.executable, "-m", "pipeline.cli"]
@@ -30,7 +30,7 @@ def _run(args, cwd):
 def bucket_with_corpus(s3_server, tmp_path_factory):
     import boto3
 
-    corpus = write_jsonl(stdlib_docstrings()[::4], tmp_path_factory.mktemp("s3corpus") / "docstrings.jsonl")
+    corpus = write_jsonl(demo_records()[::4], tmp_path_factory.mktemp("s3corpus") / "docstrings.jsonl")
     boto3.client("s3").create_bucket(Bucket="shardline-e2e")
     storage.write_bytes("s3://shardline-e2e/corpus/docstrings.jsonl", corpus.read_bytes())
     return "s3://shardline-e2e"

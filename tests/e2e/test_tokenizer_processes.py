@@ -15,11 +15,11 @@ TRAIN_IN_A_PROCESS = """
 import hashlib, json, sys, tempfile
 from pathlib import Path
 from pipeline.config import TokenizerTrainConfig
-from pipeline.demo import stdlib_docstrings
+from pipeline.demo import demo_records
 from pipeline.tokenizer import train_tokenizer
 
 kind, specials = sys.argv[1], json.loads(sys.argv[2])
-texts = [r["text"] for r in stdlib_docstrings()[:400]]
+texts = [r["text"] for r in demo_records()[:400]]
 with tempfile.TemporaryDirectory() as out:
     train_tokenizer(texts, TokenizerTrainConfig(kind=kind, vocab_size=800, special_tokens=specials)).save_pretrained(out)
     print(json.dumps({p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(out).iterdir())}))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.demo import stdlib_docstrings, write_jsonl
+from pipeline.demo import demo_records, write_jsonl
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARDLINE = [sys.executable, "-m", "pipeline.cli"]
@@ -27,7 +27,7 @@ def _run(args):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    return write_jsonl(stdlib_docstrings()[::4], tmp_path_factory.mktemp("corpus") / "docstrings.jsonl")
+    return write_jsonl(demo_records()[::4], tmp_path_factory.mktemp("corpus") / "docstrings.jsonl")
 
 
 def _records(run_dir):
