@@ -23,7 +23,7 @@ def _config(run_dir, **train_settings):
 def test_gpt2_learns_packed_documents_and_reports_perplexity(tmp_path):
     manifest = write_causal_dataset(tmp_path / "dataset")
     (tmp_path / "tokenizer").mkdir()
-    config = _config(tmp_path)
+    config = _config(tmp_path, precision="fp32")  # as the recompute below; bf16 (auto on CUDA) differs by ~1e-3
     train(config)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in records if "loss" in r]
