@@ -18,7 +18,7 @@ sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "tests" / "unit")]  # the tests'
 
 from parquet_datasets import write_classification_dataset  # noqa: E402
 from pipeline.config import build_config  # noqa: E402
-from training.distributed import Processes  # noqa: E402
+from training.distributed import Processes, use_deterministic_kernels  # noqa: E402
 from training.loop import Trainer  # noqa: E402
 from training.models import build_model  # noqa: E402
 
@@ -33,6 +33,8 @@ def train_on_synthetic(run_dir: Path, rows: int, max_length: int, train: dict, d
         "run_dir": str(run_dir), "data": {"input": "synthetic", "label_column": "label"}, "tokenizer": {"path": "synthetic"},
         "preprocess": {"max_length": max_length}, "train": {"log_every": 100, "resume": "never", **train},
     })
+    if config.train.deterministic:
+        use_deterministic_kernels()  # as training.train does
     torch.manual_seed(0)
     model = build_model(config.train, manifest)
     trainer = Trainer(model.to(device), config, manifest, Processes(0, 1, torch.device(device)))

@@ -455,6 +455,8 @@ class TrainConfig(_Strict):
     """Autocast precision: auto is bf16 on a CUDA device that has it, else fp32; fp16 uses a GradScaler."""
     compile: bool = False
     """torch.compile the model (needs a C compiler on CPU)."""
+    deterministic: bool = False
+    """Deterministic kernels only (torch.use_deterministic_algorithms), so that on CUDA a run and its resumption repeat bitwise; CPU kernels already do. Costs speed on CUDA (see README)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where to train: auto is CUDA when a device is visible, else CPU."""
     nproc: int = Field(1, ge=1)

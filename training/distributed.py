@@ -42,6 +42,14 @@ def pick_device(requested: str) -> torch.device:
     return torch.device(requested)
 
 
+def use_deterministic_kernels() -> None:
+    """Bitwise-repeatable steps on CUDA: cuBLAS on a fixed workspace, no kernel that accumulates with
+    atomics (attention's and scatter's backward among them), no cuDNN autotuning."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts: before any matmul
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+
+
 def init(requested_device: str, timeout_s: float = 1800.0, eval_timeout_s: float = 6 * 3600.0) -> Processes:
     device = pick_device(requested_device)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))

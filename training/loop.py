@@ -36,7 +36,7 @@ from training.models import causal_targets
 
 # Config keys that may change between a checkpoint and its resumption without changing the result.
 RESUMABLE_CHANGES = {"epochs", "max_steps", "log_every", "eval_every", "checkpoint_every", "num_checkpoints_kept",
-                     "resume", "num_reader_workers", "record_sample_ids", "device", "nproc", "compile",
+                     "resume", "num_reader_workers", "record_sample_ids", "device", "nproc", "compile", "deterministic",
                      "launcher", "torchrun", "distributor", "process_group_timeout_s", "eval_timeout_s",
                      "datasets"}  # a mixture's sources are in the identity by content; their weights may change
 # Keys that matter only through their product with the process count, the global batch.

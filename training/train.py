@@ -24,6 +24,8 @@ from training.models import build_model, check_dataset_matches
 
 def train(config: ShardlineConfig) -> str:
     storage.check_reachable(config.run_dir)  # a missing bucket must not read as a missing dataset
+    if config.train.deterministic:
+        distributed.use_deterministic_kernels()
     processes = distributed.init(config.train.device, config.train.process_group_timeout_s,
                                  config.train.eval_timeout_s)
     try:

@@ -195,6 +195,30 @@ def test_a_missing_bucket_fails_naming_it_before_anything_runs(s3_server, tmp_pa
         train(_config("s3://no-such-bucket/run", tmp_path / "local", max_steps=2))
 
 
+@pytest.fixture
+def deterministic_kernels_off_after():
+    yield
+    torch.use_deterministic_algorithms(False)  # process-wide: the next test in this worker must not inherit it
+
+
+def test_deterministic_kernels_make_a_resumed_bert_equal_the_straight_run_on_any_device(
+        tmp_path, deterministic_kernels_off_after):
+    """train.deterministic: on CUDA, attention's backward accumulates with atomics, so without it a
+    resumed bert (and a second straight run) differs from the first in the last bits (measured on an
+    H200, README). With it every op the model uses has a deterministic kernel (a missing one would
+    raise there) and the runs are equal bitwise; on CPU they are either way."""
+    bert = {"model": "bert", "deterministic": True, "model_config": {
+        "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}}
+    straight = _new_run(tmp_path / "straight")
+    train(_config(straight, max_steps=8, **bert))
+    assert torch.are_deterministic_algorithms_enabled()
+    stopped = _new_run(tmp_path / "stopped")
+    train(_config(stopped, max_steps=5, **bert))
+    train(_config(stopped, max_steps=8, **bert))
+    expected, got = load_file(str(straight / "model" / "model.safetensors")), load_file(str(stopped / "model" / "model.safetensors"))
+    assert all(torch.equal(expected[name], got[name]) for name in expected)
+
+
 def test_a_dropout_model_stopped_and_resumed_mid_epoch_equals_the_uninterrupted_run_bitwise(tmp_path):
     """bert trains with dropout (0.1), which draws from torch's generator every step: the resumed
     run equals the straight one only if the checkpoint restored that generator's state."""
