@@ -30,15 +30,17 @@ def test_zip_importers_reread_an_archive_only_when_it_changed(tmp_path, monkeypa
     read_directory = zipimport._read_directory
     monkeypatch.setattr(zipimport, "_read_directory", lambda path: reads.append(path) or read_directory(path))
     monkeypatch.setitem(importlib.sys.path_importer_cache, str(archive), importer)
-    importlib.invalidate_caches()  # the first invalidation reads (nothing known about the file yet)
-    importlib.invalidate_caches()
-    importlib.invalidate_caches()
-    assert reads == [str(archive)]  # pyspark's worker does this before every task: no re-read
+    # Python 3.11 re-reads the directory inside invalidate_caches(), 3.13 at the next lookup after
+    # it: an import after each invalidation counts the reads on both.
+    for _ in range(3):  # pyspark's worker invalidates before every task, then imports
+        importlib.invalidate_caches()  # the first invalidation reads (nothing known about the file yet)
+        assert importer.find_spec("first") is not None
+    assert reads == [str(archive)]  # no re-read of an unchanged archive
     with zipfile.ZipFile(archive, "a") as z:
         z.writestr("second.py", "")
     os.utime(archive, ns=(1, 1))  # changed, even within the file system's time resolution
     importlib.invalidate_caches()
-    assert reads == [str(archive)] * 2 and importer.find_spec("second") is not None
+    assert importer.find_spec("second") is not None and reads == [str(archive)] * 2
 
 
 def test_partition_bytes_grow_with_the_input_within_bounds():
