@@ -17,6 +17,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Callable
 
 if __package__ in (None, ""):
     # Run as a script (spark-submit): import the project from its root, not from spark_jobs/,
@@ -30,6 +31,11 @@ from pipeline.errors import ShardlineError
 APP_NAME = "shardline-train"
 # How a training process reports a user error (below), so the driver can repeat it in one line.
 ERROR_PREFIX = "shardline train: error: "
+# TorchDistributor finds the rendezvous port by binding port 0 and letting it go; torchrun binds it
+# later, and on a busy host another process can take it in between (seen in CI: EADDRINUSE). That
+# fails the rendezvous before any training, so another attempt, with another port, is safe.
+PORT_TAKEN = "EADDRINUSE"
+RENDEZVOUS_ATTEMPTS = 3
 
 
 class DistributedTrainingFailed(ShardlineError):
@@ -58,12 +64,25 @@ def run_distributed(config: ShardlineConfig) -> str:
     distributor = TorchDistributor(num_processes=settings.num_processes or config.train.nproc,
                                    local_mode=settings.local_mode, use_gpu=settings.use_gpu)
     try:
-        return distributor.run(train_process, config.to_dict())
+        return retry_taken_ports(lambda: distributor.run(train_process, config.to_dict()))
     except Exception as error:  # TorchDistributor's RuntimeError (or Py4J's) holds the processes' output
         reported = re.findall(re.escape(ERROR_PREFIX) + r"(.+)", str(error))
         if reported:
             raise DistributedTrainingFailed(reported[-1].strip()) from None
         raise
+
+
+def retry_taken_ports(run: Callable[[], str], attempts: int = RENDEZVOUS_ATTEMPTS) -> str:
+    """run(), again when its rendezvous port was taken before torchrun could bind it."""
+    for attempt in range(1, attempts):
+        try:
+            return run()
+        except Exception as error:
+            if PORT_TAKEN not in str(error) or ERROR_PREFIX in str(error):
+                raise
+            print(f"train: the rendezvous port was taken before torchrun bound it (attempt {attempt} of "
+                  f"{attempts}); starting again on another", flush=True)
+    return run()
 
 
 def create_spark_session(config: ShardlineConfig):
