@@ -15,6 +15,7 @@ from dataset_reads import split_rows
 from pipeline import contract, storage
 from pipeline.config import build_config, save_config
 from pipeline.demo import demo_records, write_jsonl
+from spark_jobs.preprocess import build_dataset
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FAULTS = Path(__file__).resolve().parent / "faults" / "commit"
@@ -87,8 +88,6 @@ def _listed(config) -> set[str]:
 @pytest.fixture(scope="module")
 def reference(corpus_and_tokenizer, spark):
     """The rows of a fault-free build of the same config (in-process, on the shared session)."""
-    from spark_jobs.preprocess import build_dataset
-
     _, corpus, tokenizer = corpus_and_tokenizer
     config = _config("s3://shardline-commit/runs/reference", corpus, tokenizer)
     build_dataset(spark, config)
@@ -112,7 +111,7 @@ def test_a_task_attempt_that_fails_after_its_write_leaves_no_duplicate_or_orphan
     assert split_rows(config.dataset_dir) == reference
 
 
-def test_sigkill_mid_write_publishes_nothing_and_a_rerun_cleans_up(corpus_and_tokenizer, reference, tmp_path):
+def test_sigkill_mid_write_publishes_nothing_and_a_rerun_cleans_up(corpus_and_tokenizer, reference, spark, tmp_path):
     _, corpus, tokenizer = corpus_and_tokenizer
     config = _config("s3://shardline-commit/runs/killed", corpus, tokenizer)
     save_config(config, str(tmp_path / "killed.yaml"))
@@ -137,7 +136,7 @@ def test_sigkill_mid_write_publishes_nothing_and_a_rerun_cleans_up(corpus_and_to
     assert trainer.returncode == 2, trainer.stderr[-3000:]
     assert f"{config.dataset_dir} has no _SUCCESS" in trainer.stderr and "Traceback" not in trainer.stderr
 
-    _submit(config, tmp_path)
+    build_dataset(spark, config)  # the rerun, in process: what spark-submit runs, without a JVM of its own
     assert split_rows(config.dataset_dir) == reference
     assert _data_files(config) == _listed(config)
     assert not written & _data_files(config)  # the killed run's files are gone, not reused
@@ -168,8 +167,6 @@ def test_sigkill_at_a_random_moment_never_publishes_a_partial_dataset(corpus_and
                                                                      point, test_seed):
     import random
 
-    from spark_jobs.preprocess import build_dataset
-
     _, corpus, tokenizer = corpus_and_tokenizer
     config = _config(f"s3://shardline-commit/runs/random-{point}", corpus, tokenizer)
     if not _CLEAN_RUN_SECONDS:  # run alone: one whole run first, to time a run on this machine now
@@ -188,5 +185,5 @@ def test_sigkill_at_a_random_moment_never_publishes_a_partial_dataset(corpus_and
         with pytest.raises(contract.DatasetNotReadyError):
             contract.load_manifest(config.dataset_dir)
     print(f"killed after {delay:.1f} s of a {duration:.1f} s run; committed: {committed}")
-    _submit(config, tmp_path)
+    build_dataset(spark, config)
     assert split_rows(config.dataset_dir) == reference and _data_files(config) == _listed(config)

@@ -4,7 +4,7 @@ wraps pipeline.storage.write_bytes from outside, inside Spark tasks only.
 
 SHARDLINE_FAULT=fail-first-attempt: attempt 0 of the task of partition 0 raises right after
 writing its first train file (so the file is left behind), once; SHARDLINE_FAULT=slow-writes: every data-file write
-inside a task takes 2 s more, so a test can kill the job mid-write; SHARDLINE_FAULT=die-before-commit:
+inside a task takes 1 s more, so a test can kill the job mid-write; SHARDLINE_FAULT=die-before-commit:
 the driver SIGKILLs itself when it is about to write the manifest, after every shard is written. SHARDLINE_FAULT_LOG names a file
 that gets a line each time a fault fires.
 """
@@ -40,6 +40,6 @@ if _MODE:
             raise RuntimeError(f"injected failure after writing {uri}")
         if _MODE == "slow-writes":
             _note(f"wrote {uri}")
-            time.sleep(2)
+            time.sleep(1)
 
     storage.write_bytes = write_bytes
