@@ -133,26 +133,23 @@ def test_torch_distributor_in_local_mode_trains_the_same_model_as_torchrun(built
     log = _log(by_spark)
     assert "-m spark_jobs.train_on_spark --config" in log.splitlines()[0] and "TorchDistributor finished" in log
     expected, got = _weights(by_torchrun), _weights(by_spark)
+    # Equal weights: evaluation cannot differ (a model TorchDistributor trained is evaluated in test_dag.py).
     assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
-    for run_dir in (by_torchrun, by_spark):
-        result = _shardline(run_dir, "evaluate")
-        assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads((by_spark / "eval.json").read_text()) == json.loads((by_torchrun / "eval.json").read_text())
 
 
 def test_rank_0_work_slower_than_the_process_group_timeout_does_not_stop_the_run(built, tmp_path):
-    """A validation share and the checkpoint saves, each 15 s late on rank 0, against a 10 s timeout."""
+    """A validation share and the checkpoint saves, each 9 s late on rank 0, against a 6 s timeout."""
     run_dir = _new_run(built, "slow-eval")
     fault_log = tmp_path / "faults.log"
     env = _env(PYTHONPATH=f"{FAULTS}{os.pathsep}{REPO_ROOT}", SHARDLINE_FAULT="slow-eval,slow-save",
-               SHARDLINE_FAULT_RANK="0", SHARDLINE_FAULT_SLEEP_S="15", SHARDLINE_FAULT_LOG=str(fault_log))
-    # Rank 1 finishes its share (or reaches the barrier after a save) at once, then waits 15 s for rank 0.
-    result = _shardline(run_dir, "train", "--set", "train.nproc=2", "--set", "train.process_group_timeout_s=10",
+               SHARDLINE_FAULT_RANK="0", SHARDLINE_FAULT_SLEEP_S="9", SHARDLINE_FAULT_LOG=str(fault_log))
+    # Rank 1 finishes its share (or reaches the barrier after a save) at once, then waits 9 s for rank 0.
+    result = _shardline(run_dir, "train", "--set", "train.nproc=2", "--set", "train.process_group_timeout_s=6",
                         "--set", "train.eval_every=4", "--set", "train.max_steps=6", env=env)
     assert result.returncode == 0, result.stderr[-3000:] + _log(run_dir)[-5000:]
     fired = fault_log.read_text()
-    assert fired.count("rank 0: evaluation delayed 15.0 s") >= 2  # mid-run and final passes
-    assert fired.count("rank 0: checkpoint save delayed 15.0 s") >= 1
+    assert fired.count("rank 0: evaluation delayed 9.0 s") >= 2  # mid-run and final passes
+    assert fired.count("rank 0: checkpoint save delayed 9.0 s") >= 1
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "val_loss" in r][0] == 4 and (run_dir / "model" / "lineage.json").exists()
 
