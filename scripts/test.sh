@@ -8,8 +8,8 @@ cd "$(dirname "$0")/.."
 . scripts/stack.sh
 
 # pytest-xdist workers: one more than the cores. The e2e files spend much of their time starting
-# JVMs and interpreters, on the S3 server and in the fault tests' sleeps, so cores + 1 keeps the
-# cores busy (measured on 2 cores, current stack: 2 workers 776 s, 3 650 s, 4 640 s). Each worker
+# JVMs and interpreters, on the S3 server and in the fault tests' sleeps (on 2 cores, current stack,
+# one run each: 2 workers 776 s, 3 650 s, 4 640 s; runs swing by a quarter here). Each worker
 # runs whole files: --dist loadfile keeps a file's module fixtures (one Airflow home, one built
 # dataset) in one process.
 PYTEST=(-m pytest -q -n "${SHARDLINE_TEST_WORKERS:-$(( $(nproc) + 1 ))}" --dist loadfile)
