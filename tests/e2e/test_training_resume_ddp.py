@@ -202,27 +202,39 @@ def _weights(run_dir):
     return load_file(str(run_dir / "model" / "model.safetensors"))
 
 
+def _straight_and_killed_mid_epoch_on_two(built, name, train) -> tuple[Path, Path]:
+    """An uninterrupted run on two gloo processes, and one SIGKILLed at its checkpoint half way
+    through epoch 0 (global batches of 12)."""
+    _, manifest, _ = built
+    straight = _new_run(built, f"{name}-straight", **train)
+    result = _train(straight, _launcher(2))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    killed = _new_run(built, f"{name}-killed", **train)
+    process = _start(killed, _launcher(2))
+    _wait_for(killed, f"checkpoints/*/step-{manifest.splits['train'].rows // 12 // 2:08d}.sha256", process)
+    _kill(process)
+    assert not (killed / "model").exists()
+    return straight, killed
+
+
+def _copy_to_resume_on(built, killed, name, processes, train) -> Path:
+    """A copy of the killed run_dir, set to resume on `processes` with the same global batch of 12."""
+    config, _, _ = built
+    copy = Path(config.run_dir).parent / f"{name}-resumed-on-{processes}"
+    shutil.copytree(killed, copy)
+    _set_train(config, copy, **{**train, "batch_size": 12 // processes})
+    return copy
+
+
 @pytest.fixture(scope="module")
 def elastic(built):
     """An uninterrupted 2-process run, and one SIGKILLed mid epoch 0 whose run_dir is then copied
     three times to be resumed on 2, 1 and 3 processes."""
-    config, manifest, _ = built
-    straight = _new_run(built, "ddp-straight", **ELASTIC)
-    result = _train(straight, _launcher(2))
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    _, manifest, _ = built
     steps_per_epoch = manifest.splits["train"].rows // 12
     assert steps_per_epoch >= 8, "the dataset is too small to be killed mid epoch"
-    killed = _new_run(built, "ddp-killed", **ELASTIC)
-    process = _start(killed, _launcher(2))
-    _wait_for(killed, f"checkpoints/*/step-{steps_per_epoch // 2:08d}.sha256", process)
-    _kill(process)
-    assert not (killed / "model").exists()
-    copies = {}
-    for processes, batch_size in ((2, 6), (1, 12), (3, 4)):
-        copy = Path(config.run_dir).parent / f"ddp-resumed-on-{processes}"
-        shutil.copytree(killed, copy)
-        _set_train(config, copy, **{**ELASTIC, "batch_size": batch_size})
-        copies[processes] = copy
+    straight, killed = _straight_and_killed_mid_epoch_on_two(built, "ddp", ELASTIC)
+    copies = {processes: _copy_to_resume_on(built, killed, "ddp", processes, ELASTIC) for processes in (2, 1, 3)}
     return straight, killed, copies, steps_per_epoch
 
 
@@ -285,19 +297,10 @@ def _last_val_loss(run_dir) -> float:
 def dropout_elastic(built):
     """An uninterrupted 2-process run of a dropout model, and one SIGKILLed mid epoch 0, copied and
     resumed on 2 and on 1 process."""
-    config, manifest, _ = built
-    straight = _new_run(built, "dropout-straight", **DROPOUT_BERT)
-    result = _train(straight, _launcher(2))
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    killed = _new_run(built, "dropout-killed", **DROPOUT_BERT)
-    process = _start(killed, _launcher(2))
-    _wait_for(killed, f"checkpoints/*/step-{manifest.splits['train'].rows // 24:08d}.sha256", process)
-    _kill(process)
+    straight, killed = _straight_and_killed_mid_epoch_on_two(built, "dropout", DROPOUT_BERT)
     copies = {}
-    for processes, batch_size in ((2, 6), (1, 12)):
-        copy = Path(config.run_dir).parent / f"dropout-resumed-on-{processes}"
-        shutil.copytree(killed, copy)
-        _set_train(config, copy, **{**DROPOUT_BERT, "batch_size": batch_size})
+    for processes in (2, 1):
+        copy = _copy_to_resume_on(built, killed, "dropout", processes, DROPOUT_BERT)
         result = _train(copy, _launcher(processes))
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
         copies[processes] = copy, result.stdout
@@ -318,8 +321,8 @@ def test_a_dropout_model_resumed_on_its_two_processes_equals_the_uninterrupted_r
 def test_a_dropout_model_resumed_on_one_process_trains_the_same_samples_to_the_same_loss(dropout_elastic):
     """On another process count the generators are reseeded (N ranks' states cannot become M ranks'),
     so the dropout masks after the resume differ from the uninterrupted run's and so do the weights:
-    measured, they end as far from that run's as both moved after the resume (a model resumed without
-    its optimizer state ends only a little farther), so weights are not compared. What holds: the
+    measured, they end 0.79 as far from that run's as it moved after the resume (a model resumed
+    without its optimizer state ends 0.97 as far), so weights are not compared. What holds: the
     same global batches step for step, and a validation loss within 1 % of the uninterrupted run's
     (0.3 % measured; a model not restored from the checkpoint misses by more)."""
     straight, copies = dropout_elastic
