@@ -7,12 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/stack.sh
 
-# pytest-xdist workers: one more than the cores. The e2e files spend much of their time starting
-# JVMs and interpreters, on the S3 server and in the fault tests' sleeps (on 2 cores, current stack,
-# one run each: 2 workers 776 s, 3 650 s, 4 640 s; runs swing by a quarter here). Each worker
-# runs whole files: --dist loadfile keeps a file's module fixtures (one Airflow home, one built
-# dataset) in one process.
-PYTEST=(-m pytest -q -n "${SHARDLINE_TEST_WORKERS:-$(( $(nproc) + 1 ))}" --dist loadfile)
+# pytest-xdist: one worker per core (SHARDLINE_TEST_WORKERS sets another count). Each worker runs
+# whole files: --dist loadfile keeps a file's module fixtures (one Airflow home, one built dataset)
+# in one process. Cores + 1 was tried on 2 cores: fresh-clone suites of 799/747 s and 873/897 s
+# (petastorm/current) against 603/750 s and 760/803 s on 2 workers, within this machine's swing.
+PYTEST=(-m pytest -q -n "${SHARDLINE_TEST_WORKERS:-auto}" --dist loadfile)
 
 if [ "${1:-}" = "--quick" ]; then
   stack_pick
