@@ -49,8 +49,9 @@ def pytest_collection_modifyitems(items):
             item.add_marker(getattr(pytest.mark, directory))
     # Slowest tier first (a stable sort keeps each file's own order), for a run without xdist. Under
     # scripts/test.sh's `--dist loadfile` xdist orders the files itself, those with the most tests
-    # first, so the short unit and Spark files run beside the long e2e ones: measured on 2 cores,
-    # that was faster (650 s) than starting the slowest e2e files at once (770 s).
+    # first, so the short unit and Spark files run beside the long e2e ones (starting the slowest e2e
+    # files at once instead was not faster: 770 s against 650 s, one run each on 2 cores and 3 workers,
+    # where runs swing by a quarter).
     slowest_first = {"e2e": 0, "fuzz": 1, "spark": 2, "unit": 3}
     items.sort(key=lambda item: slowest_first.get(_tier(item), 4))
 
