@@ -2,16 +2,21 @@
 
 Pure DataFrame -> DataFrame transforms; `near_duplicates` is the entry. The steps:
 
-1. one row per content hash, the smallest id (exact copies are one document here);
+1. one row per content hash, the smallest id (exact copies are one document here), and its document
+   key: two longs, the first 120 bits of the content hash (sha256) in two 60-bit halves. Only
+   keys travel through the big shuffles below (num_bands rows a document), not the 64-character
+   hash and the id: on GCIDE x4 the band rows shuffled 521 MB as strings, 207 MB as keys. Two
+   distinct documents share a key with probability 2^-120 per pair (4e-19 among 10^9 documents),
+   and sha256 gives no way to make them;
 2. MinHash signatures and band keys on the executors (`mapInArrow`, spark_jobs.minhash), exploded to
-   (band, band key, content_hash, id); a document without shingles gets no bands;
+   (band, band key, document key); a document without shingles gets no bands;
 3. each bucket (band, band key) of two or more documents gives star edges from every member to the
-   bucket's smallest (id, content_hash) - bands x rows as text-dedup's minhash_spark.py does it,
-   since Spark ML's MinHashLSH has only OR-amplification;
+   bucket's smallest document key - bands x rows as text-dedup's minhash_spark.py does it, since
+   Spark ML's MinHashLSH has only OR-amplification;
 4. with cfg.min_jaccard, each candidate edge is kept only when the true Jaccard similarity of its
-   two documents' shingle sets reaches it. A member is checked against its bucket's smallest
-   document only, so a member similar to another member but not to that one loses this bucket's
-   link (it is usually linked through another band);
+   two documents' shingle sets reaches it. A member is checked against its bucket's smallest key
+   only, so a member similar to another member but not to that one loses this bucket's link (it
+   is usually linked through another band);
 5. the documents that have an edge are numbered in (id, content_hash) order (a sort, then
    monotonically_increasing_id, which grows with the sort), so the smallest number of a component
    is the document kept; connected components by alternating large-star and small-star (Kiveris et
@@ -47,33 +52,35 @@ from spark_jobs.read import TEXT
 
 ID = contract.ID_COLUMN
 KEPT_CONTENT_HASH = "kept_content_hash"  # the content hash of the document kept from the component
+KEPT_ID = "kept_id"  # its id
 # Never null in fact, but nullable as Spark infers the join keys (content_hash is nullable upstream).
 REMOVED_COLUMNS = T.StructType([
     T.StructField(CONTENT_HASH, T.StringType()),
     T.StructField(KEPT_CONTENT_HASH, T.StringType()),
+    T.StructField(KEPT_ID, T.StringType()),
 ])
 
+KEY = ("_key_hi", "_key_lo")  # longs: a distinct document's key (its content hash's first 2 x 15 hex digits)
+ROOT = ("_root_hi", "_root_lo")  # the key of the bucket's smallest document, an edge's other end
 BAND = "_band"  # int: the band's index, 0 .. num_bands - 1
 BAND_KEY = "_band_key"  # long: the hash of the band's rows_per_band signature values
-ROOT_HASH, ROOT_ID = "_root_hash", "_root_id"  # the bucket's smallest document, an edge's other end
 SRC, DST = "_src", "_dst"  # an edge between two numbered documents, always SRC > DST
 _NODE = "_node"
-_BAND_SCHEMA = T.StructType([
-    T.StructField(CONTENT_HASH, T.StringType(), False),
-    T.StructField(ID, T.StringType(), False),
+_BAND_SCHEMA = T.StructType([T.StructField(name, T.LongType(), False) for name in KEY] + [
     T.StructField(BAND, T.IntegerType(), False),
     T.StructField(BAND_KEY, T.LongType(), False),
 ])
-_BAND_ARROW_SCHEMA = pa.schema([pa.field(CONTENT_HASH, pa.string(), False), pa.field(ID, pa.string(), False),
-                                pa.field(BAND, pa.int32(), False), pa.field(BAND_KEY, pa.int64(), False)])
-_PAIR_COLUMNS = [CONTENT_HASH, ID, ROOT_HASH, ROOT_ID]
+_BAND_ARROW_SCHEMA = pa.schema([pa.field(name, pa.int64(), False) for name in KEY] + [
+    pa.field(BAND, pa.int32(), False), pa.field(BAND_KEY, pa.int64(), False)])
+_PAIR_COLUMNS = [*KEY, *ROOT]
 
 
 def near_duplicates(docs: DataFrame, cfg: NearDedupConfig, num_partitions: int) -> DataFrame:
-    """docs: columns content_hash (string), id (string), text (string); may hold several rows
-    per content_hash (exact copies). Returns one row per content_hash to remove: every
-    member of a near-duplicate component except the kept one, the one with the smallest
-    (id, content_hash). Columns: content_hash, kept_content_hash (the component's kept doc).
+    """docs: columns content_hash (string: text's sha256, in hex), id (string), text (string);
+    may hold several rows per content_hash (exact copies). Returns one row per content_hash to
+    remove: every member of a near-duplicate component except the kept one, the one with the
+    smallest (id, content_hash). Columns: content_hash, kept_content_hash and kept_id (the component's
+    kept document; its id is the smallest of its content hash's rows).
 
     Runs Spark jobs before it returns (the candidate pairs, their numbering and each round of
     connected components are local checkpoints); the frame returned joins those back to hashes."""
@@ -82,63 +89,65 @@ def near_duplicates(docs: DataFrame, cfg: NearDedupConfig, num_partitions: int) 
     if cfg.min_jaccard is not None:
         pairs = verified_pairs(pairs, distinct, cfg)
     # Few rows (candidates only), read twice below: computed once, signatures and all.
-    nodes, edges = numbered_edges(pairs.localCheckpoint(), num_partitions)
+    nodes, edges = numbered_edges(pairs.localCheckpoint(), distinct, num_partitions)
     stars = connected_components(edges, num_partitions)
     removed = (
         stars.join(nodes.select(F.col(_NODE).alias(SRC), CONTENT_HASH), SRC)
-        .join(nodes.select(F.col(_NODE).alias(DST), F.col(CONTENT_HASH).alias(KEPT_CONTENT_HASH)), DST)
-        .select(CONTENT_HASH, KEPT_CONTENT_HASH)
+        .join(nodes.select(F.col(_NODE).alias(DST), F.col(CONTENT_HASH).alias(KEPT_CONTENT_HASH),
+                           F.col(ID).alias(KEPT_ID)), DST)
+        .select(CONTENT_HASH, KEPT_CONTENT_HASH, KEPT_ID)
     )
     return removed.to(REMOVED_COLUMNS)
 
 
 def distinct_documents(docs: DataFrame, num_partitions: int) -> DataFrame:
-    """(content_hash, id, text), one row per content hash: its smallest id. One shuffle."""
+    """(content_hash, id, text, key_hi, key_lo), one row per content hash: its smallest id and its
+    document key. One shuffle."""
     kept = (docs.repartition(num_partitions, CONTENT_HASH).groupBy(CONTENT_HASH)
             .agg(F.min(F.struct(ID, TEXT)).alias("_kept")))
-    return kept.select(CONTENT_HASH, f"_kept.{ID}", f"_kept.{TEXT}")
+    keys = [F.conv(F.substring(CONTENT_HASH, 1 + 15 * half, 15), 16, 10).cast("long").alias(name)
+            for half, name in enumerate(KEY)]  # 15 hex digits: 60 bits, always a positive long
+    return kept.select(CONTENT_HASH, f"_kept.{ID}", f"_kept.{TEXT}", *keys)
 
 
 def band_rows(docs: DataFrame, cfg: NearDedupConfig) -> DataFrame:
-    """(content_hash, id, band, band_key): num_bands rows per document with shingles, none without."""
+    """(key_hi, key_lo, band, band_key): num_bands rows per document with shingles, none without."""
     hasher = MinHasher.from_config(cfg)
-    names = docs.columns
+    hi, lo, text = 0, 1, 2  # the columns of the frame mapped below
 
     def bands(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            signatures = hasher.signatures(batch.column(names.index(TEXT)).to_pylist())
+            signatures = hasher.signatures(batch.column(text).to_pylist())
             keys = hasher.band_keys(signatures)
             has_shingles = np.flatnonzero(np.any(signatures != EMPTY, axis=1))
             rows = pa.array(np.repeat(has_shingles, hasher.num_bands))
             yield pa.RecordBatch.from_arrays([
-                batch.column(names.index(CONTENT_HASH)).take(rows),
-                batch.column(names.index(ID)).take(rows),
+                batch.column(hi).take(rows),
+                batch.column(lo).take(rows),
                 pa.array(np.tile(np.arange(hasher.num_bands, dtype=np.int32), len(has_shingles))),
                 pa.array(keys[has_shingles].reshape(-1)),
             ], schema=_BAND_ARROW_SCHEMA)
 
-    return docs.mapInArrow(bands, _BAND_SCHEMA)
+    return docs.select(*KEY, TEXT).mapInArrow(bands, _BAND_SCHEMA)
 
 
 def candidate_pairs(bands: DataFrame, num_partitions: int) -> DataFrame:
-    """(content_hash, id, root_hash, root_id): every document of a bucket of two or more, with the
-    bucket's smallest (id, content_hash) as its root; each pair once. One shuffle for the buckets."""
-    root = F.min(F.struct(ID, CONTENT_HASH)).over(Window.partitionBy(BAND, BAND_KEY))
+    """(key_hi, key_lo, root_hi, root_lo): every document of a bucket of two or more, with the
+    bucket's smallest document key as its root; each pair once. One shuffle for the buckets."""
+    root = F.min(F.struct(*KEY)).over(Window.partitionBy(BAND, BAND_KEY))
     members = bands.repartition(num_partitions, BAND, BAND_KEY).withColumn("_root", root)
-    pairs = members.where(F.struct(ID, CONTENT_HASH) != F.col("_root"))
-    return pairs.select(CONTENT_HASH, ID, F.col(f"_root.{CONTENT_HASH}").alias(ROOT_HASH),
-                        F.col(f"_root.{ID}").alias(ROOT_ID)).distinct()
+    pairs = members.where(F.struct(*KEY) != F.col("_root"))
+    return pairs.select(*KEY, *(F.col(f"_root.{k}").alias(r) for k, r in zip(KEY, ROOT))).distinct()
 
 
 def verified_pairs(pairs: DataFrame, docs: DataFrame, cfg: NearDedupConfig) -> DataFrame:
     """The pairs whose two documents' shingle sets have a Jaccard similarity of at least
     cfg.min_jaccard (docs: distinct_documents, for the texts)."""
     hasher, threshold = MinHasher.from_config(cfg), cfg.min_jaccard
-    texts = docs.select(CONTENT_HASH, TEXT)
-    joined = (pairs.join(texts, CONTENT_HASH)
-              .join(texts.select(F.col(CONTENT_HASH).alias(ROOT_HASH), F.col(TEXT).alias("_root_text")), ROOT_HASH)
-              .select(*_PAIR_COLUMNS, TEXT, "_root_text"))
-    schema = T.StructType([T.StructField(name, T.StringType(), False) for name in _PAIR_COLUMNS])
+    texts = docs.select(*KEY, TEXT)
+    root_texts = texts.select(*(F.col(k).alias(r) for k, r in zip(KEY, ROOT)), F.col(TEXT).alias("_root_text"))
+    joined = pairs.join(texts, list(KEY)).join(root_texts, list(ROOT)).select(*_PAIR_COLUMNS, TEXT, "_root_text")
+    schema = T.StructType([T.StructField(name, T.LongType(), False) for name in _PAIR_COLUMNS])
 
     def similar(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -149,15 +158,16 @@ def verified_pairs(pairs: DataFrame, docs: DataFrame, cfg: NearDedupConfig) -> D
     return joined.mapInArrow(similar, schema)
 
 
-def numbered_edges(pairs: DataFrame, num_partitions: int) -> tuple[DataFrame, DataFrame]:
-    """(nodes: content_hash, _node; edges: _src, _dst): every document of a pair numbered in
-    (id, content_hash) order, and the pairs as numbers, the larger first. The numbers are pinned
-    by a local checkpoint: monotonically_increasing_id must not be recomputed on another layout."""
-    ends = pairs.select(ID, CONTENT_HASH).union(pairs.select(F.col(ROOT_ID).alias(ID), F.col(ROOT_HASH).alias(CONTENT_HASH)))
-    nodes = ends.distinct().orderBy(ID, CONTENT_HASH).withColumn(_NODE, F.monotonically_increasing_id())
-    nodes = nodes.select(CONTENT_HASH, _NODE).localCheckpoint()
-    edges = (pairs.join(nodes.select(CONTENT_HASH, F.col(_NODE).alias("_a")), CONTENT_HASH)
-             .join(nodes.select(F.col(CONTENT_HASH).alias(ROOT_HASH), F.col(_NODE).alias("_b")), ROOT_HASH)
+def numbered_edges(pairs: DataFrame, docs: DataFrame, num_partitions: int) -> tuple[DataFrame, DataFrame]:
+    """(nodes: content_hash, id, _node, keys; edges: _src, _dst): every document of a pair numbered
+    in (id, content_hash) order (docs: distinct_documents, for the ids and hashes of the keys), and
+    the pairs as numbers, the larger first. The numbers are pinned by a local checkpoint:
+    monotonically_increasing_id must not be recomputed on another layout."""
+    ends = pairs.select(*KEY).union(pairs.select(*(F.col(r).alias(k) for k, r in zip(KEY, ROOT)))).distinct()
+    named = ends.join(docs.select(*KEY, ID, CONTENT_HASH), list(KEY))
+    nodes = named.orderBy(ID, CONTENT_HASH).withColumn(_NODE, F.monotonically_increasing_id()).localCheckpoint()
+    edges = (pairs.join(nodes.select(*KEY, F.col(_NODE).alias("_a")), list(KEY))
+             .join(nodes.select(*(F.col(k).alias(r) for k, r in zip(KEY, ROOT)), F.col(_NODE).alias("_b")), list(ROOT))
              .select(F.greatest("_a", "_b").alias(SRC), F.least("_a", "_b").alias(DST)))
     return nodes, edges
 

@@ -77,14 +77,14 @@ def mark_near_duplicates(good: DataFrame, quality: QualityConfig, id_from_input:
     copy of a document that near_dedup.near_duplicates removes; the other records as they were."""
     documents = kept_documents(good, id_from_input)
     removed = near_dedup.near_duplicates(documents, quality.near_dedup, num_partitions)
-    kept_ids = documents.groupBy(clean.CONTENT_HASH).agg(F.min(contract.ID_COLUMN).alias(DUPLICATE_OF))
-    removed = (removed.join(kept_ids.withColumnRenamed(clean.CONTENT_HASH, "kept_content_hash"), "kept_content_hash")
-               .select(clean.CONTENT_HASH, DUPLICATE_OF))
-    hashed = good.withColumn(clean.CONTENT_HASH, F.when(F.col(REMOVED_BY).isNull(), F.sha2(F.col(TEXT), 256)))
-    marked = hashed.join(removed, clean.CONTENT_HASH, "left")
-    return marked.withColumn(
-        REMOVED_BY, F.coalesce(F.col(REMOVED_BY), F.when(F.col(DUPLICATE_OF).isNotNull(), F.lit(NEAR_DUPLICATE)))
-    ).drop(clean.CONTENT_HASH)
+    removed = removed.select(clean.CONTENT_HASH, F.col(near_dedup.KEPT_ID).alias(DUPLICATE_OF))
+    # Only the kept records are joined: a rule's removals would all hash to one partition on a null key.
+    kept = good.filter(F.col(REMOVED_BY).isNull()).withColumn(clean.CONTENT_HASH, F.sha2(F.col(TEXT), 256))
+    marked = (kept.join(removed, clean.CONTENT_HASH, "left")
+              .withColumn(REMOVED_BY, F.when(F.col(DUPLICATE_OF).isNotNull(), F.lit(NEAR_DUPLICATE)))
+              .drop(clean.CONTENT_HASH))
+    already = good.filter(F.col(REMOVED_BY).isNotNull()).withColumn(DUPLICATE_OF, F.lit(None).cast("string"))
+    return marked.unionByName(already)
 
 
 def split_removed(good: DataFrame) -> tuple[DataFrame, DataFrame]:

@@ -6,7 +6,8 @@ from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
 
 from pipeline.config import NearDedupConfig
 from spark_jobs.minhash import MinHasher, jaccard
-from spark_jobs.near_dedup import DST, REMOVED_COLUMNS, SRC, connected_components, near_duplicates
+from spark_jobs.near_dedup import (DST, KEY, REMOVED_COLUMNS, SRC, connected_components, distinct_documents,
+                                   near_duplicates)
 
 pytestmark = pytest.mark.spark
 
@@ -63,7 +64,7 @@ def chain(texts: list[str]) -> tuple[str, str, str]:
 
 @pytest.fixture(scope="module")
 def planted(long_texts):
-    """(rows of (id, text), expected removed rows (content_hash, kept_content_hash))."""
+    """(rows of (id, text), expected removed rows (content_hash, kept_content_hash, kept_id))."""
     base = long_texts[:40]
     rows = [(f"doc-{i:03d}", text) for i, text in enumerate(base)]
     removed = []
@@ -71,7 +72,7 @@ def planted(long_texts):
     def plant(doc_id: str, text: str, kept_text: str):
         assert share_a_band(text, kept_text), doc_id
         rows.append((doc_id, text))
-        removed.append((sha(text), sha(kept_text)))
+        removed.append((text, kept_text))
 
     plant("doc-100", one_word_changed(base[0]), base[0])  # kept: doc-000, the smaller id
     plant("doc-101", base[1] + " This sentence was added to the copy.", base[1])
@@ -81,7 +82,7 @@ def planted(long_texts):
     # A near copy with a smaller id than the original: it is kept, the original removed.
     assert share_a_band(base[4], one_word_changed(base[4]))
     rows.append(("doc-0004", one_word_changed(base[4])))
-    removed.append((sha(base[4]), sha(one_word_changed(base[4]))))
+    removed.append((base[4], one_word_changed(base[4])))
     # Exact copies are one document, with the smallest id: doc-005 and doc-105 are the same text.
     rows.append(("doc-105", base[5]))
     plant("doc-106", one_word_changed(base[5]), base[5])
@@ -89,8 +90,12 @@ def planted(long_texts):
     # it only through B (connected components has work to do).
     a, b, c = chain(long_texts[40:])
     rows += [("doc-200", a), ("doc-201", b), ("doc-202", c)]
-    removed += [(sha(b), sha(a)), (sha(c), sha(a))]
-    return rows, removed
+    removed += [(b, a), (c, a)]
+    return rows, [(sha(text), sha(kept), smallest_id(rows, kept)) for text, kept in removed]
+
+
+def smallest_id(rows, text: str) -> str:
+    return min(doc_id for doc_id, row_text in rows if row_text == text)
 
 
 def frame(spark, rows, num_slices=2):
@@ -125,7 +130,14 @@ def test_min_jaccard_drops_candidate_pairs_below_it(spark, long_texts):
     rows = [(f"doc-{i}", t) for i, t in enumerate(long_texts[:10])] + [("doc-x", close), ("doc-y", far)]
     cfg = NearDedupConfig(min_jaccard=threshold)
     result = near_duplicates(frame(spark, rows), cfg, num_partitions=2)
-    assertDataFrameEqual(result, spark.createDataFrame([(sha(close), sha(long_texts[0]))], REMOVED_COLUMNS))
+    assertDataFrameEqual(result, spark.createDataFrame([(sha(close), sha(long_texts[0]), "doc-0")], REMOVED_COLUMNS))
+
+
+def test_a_document_key_is_its_content_hash_first_120_bits_and_exact_copies_are_one_document(spark, long_texts):
+    rows = [("doc-2", long_texts[0]), ("doc-1", long_texts[0]), ("doc-3", long_texts[1])]
+    found = distinct_documents(frame(spark, rows), num_partitions=2).select("id", *KEY).collect()
+    expected = {(doc_id, int(sha(text)[:15], 16), int(sha(text)[15:30], 16)) for doc_id, text in rows[1:]}
+    assert {tuple(row) for row in found} == expected
 
 
 def test_distinct_and_empty_documents_give_an_empty_result(spark, long_texts):
