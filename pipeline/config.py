@@ -316,7 +316,7 @@ class PreprocessConfig(_Strict):
     drop_remainder: bool = False
     """causal_lm: drop each stream's last partial block instead of padding it."""
     num_partitions: int | None = Field(None, ge=1)
-    """Spark partitions the documents are hashed into before tokenization (and causal_lm streams); null: sized from the input's bytes, so a bigger corpus gets more tasks."""
+    """Spark partitions the documents are hashed into before tokenization (and causal_lm streams), and the job's spark.sql.shuffle.partitions; null: sized from the input's bytes, so a bigger corpus gets more tasks."""
     shard: ShardConfig = Field(default_factory=ShardConfig)
     """Parquet layout (see preprocess.shard.*)."""
     quality: QualityConfig = Field(default_factory=QualityConfig)

@@ -11,6 +11,8 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +191,31 @@ def count_records(records: DataFrame, with_labels: bool) -> tuple[int, int, list
 
 
 def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | None = None) -> contract.Manifest:
+    files = files if files is not None else read.resolve_input_files(config.data.input)
+    num_partitions = read.num_partitions_for(files, config.preprocess.num_partitions)
+    with sized_shuffles(spark, num_partitions):
+        return _build(spark, config, files, num_partitions)
+
+
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+@contextmanager
+def sized_shuffles(spark: SparkSession, num_partitions: int) -> Iterator[None]:
+    """spark.sql.shuffle.partitions = num_partitions while the job runs, then back: the shuffles it
+    does not size itself (near-dedup's joins, windows and aggregations) grow with the input as its
+    own do. Spark's 200 is too many tasks for a small corpus and too few for a terabyte, and a
+    persisted plan keeps it (adaptive execution does not coalesce a cached plan's partitions).
+    preprocess.num_partitions sets the count; the session's own setting is not used."""
+    before = spark.conf.get(SHUFFLE_PARTITIONS)
+    spark.conf.set(SHUFFLE_PARTITIONS, str(num_partitions))
+    try:
+        yield
+    finally:
+        spark.conf.set(SHUFFLE_PARTITIONS, before)
+
+
+def _build(spark: SparkSession, config: ShardlineConfig, files: list, num_partitions: int) -> contract.Manifest:
     pre = config.preprocess
     timings: dict[str, float] = {}
     clock = time.perf_counter()
@@ -199,7 +226,6 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
         clock = time.perf_counter()
         print(f"preprocess: {stage} done in {timings[stage]:.1f} s", flush=True)
 
-    files = files if files is not None else read.resolve_input_files(config.data.input)
     dataset_dir = config.dataset_dir
     build_id = begin_build(dataset_dir)
     # Read once, used up to three times. On disk, not in memory: the in-memory columnar cache builds
@@ -225,7 +251,6 @@ def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | No
                                    files, read.detect_format(files, config.data.format), dataset_dir)
     lap("count_input")
 
-    num_partitions = read.num_partitions_for(files, pre.num_partitions)
     removed_files, removed_by_rule, near_marked = [], {}, None
     if pre.quality.active:
         if pre.quality.near_dedup is not None:

@@ -13,7 +13,8 @@ from pipeline import contract, storage
 from pipeline.config import build_config
 from pipeline.demo import write_jsonl
 from spark_jobs import read, split
-from spark_jobs.preprocess import AccountingError, DatasetConflictError, build_dataset, check_existing
+from spark_jobs.preprocess import (SHUFFLE_PARTITIONS, AccountingError, DatasetConflictError, build_dataset, check_existing,
+                                   sized_shuffles)
 
 # What the contract promises a classification shard holds (README, "The dataset contract").
 CLASSIFICATION_TYPES = {"id": "string", "input_ids": "list<int32>", "attention_mask": "list<int8>",
@@ -380,3 +381,12 @@ def test_the_commit_writes_the_manifest_then_success_last_and_deletes_files_left
     assert {name for name in on_disk if name.endswith(".parquet")} == listed
     assert [storage.basename(uri) for uri in writes[-2:]] == [contract.MANIFEST_FILE, contract.SUCCESS_FILE]
     assert sum(1 for uri in writes if storage.basename(uri) == contract.SUCCESS_FILE) == 1
+
+
+def test_the_job_sets_spark_shuffle_partitions_while_it_runs_and_puts_the_session_value_back(spark):
+    before = spark.conf.get(SHUFFLE_PARTITIONS)
+    with pytest.raises(RuntimeError, match="a failed stage"):
+        with sized_shuffles(spark, 7):
+            assert spark.conf.get(SHUFFLE_PARTITIONS) == "7"
+            raise RuntimeError("a failed stage")
+    assert spark.conf.get(SHUFFLE_PARTITIONS) == before
