@@ -277,14 +277,26 @@ def bench_cost(workdir: Path, copies: int) -> None:
           f"{(off_seconds + added) / off_seconds:.2f}x (added {added:.1f} s)")
 
 
+def busy_cores() -> tuple[int, int]:
+    """(busy, total) jiffies of every CPU since boot, from /proc/stat (Linux)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def bench_scaling(workdir: Path, copies: int) -> None:
     corpus = gcide_corpus(workdir, copies)
     quality = {"near_dedup": {}, "max_removed_fraction": 1.0, "num_removed_samples": 10}
     stage = {}
     for master in ("local[1]", "local[2]"):
+        busy, total = busy_cores()
         seconds, manifest, _ = build(master, corpus, workdir / f"scale-{master[6]}", quality, collapse=True)
+        busy, total = busy_cores()[0] - busy, busy_cores()[1] - total
         stage[master] = manifest.stage_seconds["quality"]
+        # local[1] is one task at a time, not one core: the JVM reads and shuffles while a Python
+        # worker hashes, so the machine's cores busy say how much room local[2] has left.
         print(f"scaling: {master}: job {seconds:.1f} s, near-dedup stage {stage[master]:.1f} s, "
+              f"{os.cpu_count() * busy / max(total, 1):.2f} of {os.cpu_count()} cores busy over the job (whole machine), "
               f"removed {manifest.removed_by_rule}")
     print(f"  near-dedup stage local[1] -> local[2]: {stage['local[1]'] / stage['local[2]']:.2f}x")
 
