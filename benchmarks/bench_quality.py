@@ -289,9 +289,10 @@ def bench_scaling(workdir: Path, copies: int) -> None:
     quality = {"near_dedup": {}, "max_removed_fraction": 1.0, "num_removed_samples": 10}
     stage = {}
     for master in ("local[1]", "local[2]"):
-        busy, total = busy_cores()
+        busy_before, total_before = busy_cores()
         seconds, manifest, _ = build(master, corpus, workdir / f"scale-{master[6]}", quality, collapse=True)
-        busy, total = busy_cores()[0] - busy, busy_cores()[1] - total
+        busy, total = busy_cores()
+        busy, total = busy - busy_before, total - total_before
         stage[master] = manifest.stage_seconds["quality"]
         # local[1] is one task at a time, not one core: the JVM reads and shuffles while a Python
         # worker hashes, so the machine's cores busy say how much room local[2] has left.

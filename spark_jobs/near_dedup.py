@@ -89,7 +89,7 @@ def near_duplicates(docs: DataFrame, cfg: NearDedupConfig, num_partitions: int) 
     if cfg.min_jaccard is not None:
         pairs = verified_pairs(pairs, distinct, cfg)
     # Few rows (candidates only), read twice below: computed once, signatures and all.
-    nodes, edges = numbered_edges(pairs.localCheckpoint(), distinct, num_partitions)
+    nodes, edges = numbered_edges(pairs.localCheckpoint(), distinct)
     stars = connected_components(edges, num_partitions)
     removed = (
         stars.join(nodes.select(F.col(_NODE).alias(SRC), CONTENT_HASH), SRC)
@@ -158,7 +158,7 @@ def verified_pairs(pairs: DataFrame, docs: DataFrame, cfg: NearDedupConfig) -> D
     return joined.mapInArrow(similar, schema)
 
 
-def numbered_edges(pairs: DataFrame, docs: DataFrame, num_partitions: int) -> tuple[DataFrame, DataFrame]:
+def numbered_edges(pairs: DataFrame, docs: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(nodes: content_hash, id, _node, keys; edges: _src, _dst): every document of a pair numbered
     in (id, content_hash) order (docs: distinct_documents, for the ids and hashes of the keys), and
     the pairs as numbers, the larger first. The numbers are pinned by a local checkpoint:

@@ -66,23 +66,18 @@ def mark_removals(records: DataFrame, quality: QualityConfig) -> DataFrame:
     return records.mapInArrow(mark, out_schema)
 
 
-def kept_documents(good: DataFrame, id_from_input: bool) -> DataFrame:
-    """(content_hash, id, text) of the records no rule removed: what near-duplicate search looks at."""
-    kept = good.filter(F.col(REMOVED_BY).isNull())
-    return kept.transform(lambda d: clean.with_ids(d, id_from_input)).select(clean.CONTENT_HASH, contract.ID_COLUMN, TEXT)
-
-
 def mark_near_duplicates(good: DataFrame, quality: QualityConfig, id_from_input: bool, num_partitions: int) -> DataFrame:
     """removed_by = near_dedup.near_duplicate (and duplicate_of = the kept document's id) on every
-    copy of a document that near_dedup.near_duplicates removes; the other records as they were."""
-    documents = kept_documents(good, id_from_input)
+    copy of a document that near_dedup.near_duplicates removes; the other records as they were.
+    Near-duplicate search looks only at the records no rule removed, and only they are joined back:
+    the others would all hash to one partition on a null key."""
+    kept = good.filter(F.col(REMOVED_BY).isNull()).transform(lambda d: clean.with_ids(d, id_from_input))
+    documents = kept.select(clean.CONTENT_HASH, contract.ID_COLUMN, TEXT)
     removed = near_dedup.near_duplicates(documents, quality.near_dedup, num_partitions)
     removed = removed.select(clean.CONTENT_HASH, F.col(near_dedup.KEPT_ID).alias(DUPLICATE_OF))
-    # Only the kept records are joined: a rule's removals would all hash to one partition on a null key.
-    kept = good.filter(F.col(REMOVED_BY).isNull()).withColumn(clean.CONTENT_HASH, F.sha2(F.col(TEXT), 256))
     marked = (kept.join(removed, clean.CONTENT_HASH, "left")
               .withColumn(REMOVED_BY, F.when(F.col(DUPLICATE_OF).isNotNull(), F.lit(NEAR_DUPLICATE)))
-              .drop(clean.CONTENT_HASH))
+              .drop(clean.CONTENT_HASH, contract.ID_COLUMN))
     already = good.filter(F.col(REMOVED_BY).isNotNull()).withColumn(DUPLICATE_OF, F.lit(None).cast("string"))
     return marked.unionByName(already)
 
