@@ -44,9 +44,10 @@ def _config(run_dir: str, corpus: str, tokenizer: str):
     })
 
 
-# Seconds each fault-free, waited-for run of this module took: the random-kill test draws its moment
-# from a run's length on this machine now, without a run of its own just to time one.
-_CLEAN_RUN_SECONDS: list[float] = []
+# Seconds a spark-submit build of this module took up to its commit (a fault-free one, or one that
+# died just before it): the random-kill test draws its moment from a run's length on this machine
+# now, without a run of its own just to time one.
+_RUN_SECONDS: list[float] = []
 
 
 def _submit(config, tmp_path: Path, master: str = "local[2]", fault: str | None = None, wait: bool = True):
@@ -71,7 +72,7 @@ def _submit(config, tmp_path: Path, master: str = "local[2]", fault: str | None 
     stdout, stderr = process.communicate(timeout=400)
     assert process.returncode == 0, stderr[-4000:]
     if fault is None and master == "local[2]":
-        _CLEAN_RUN_SECONDS.append(time.monotonic() - started)
+        _RUN_SECONDS.append(time.monotonic() - started)
     return stdout
 
 
@@ -142,11 +143,14 @@ def test_sigkill_mid_write_publishes_nothing_and_a_rerun_cleans_up(corpus_and_to
     assert not written & _data_files(config)  # the killed run's files are gone, not reused
 
 
-def test_killed_between_the_last_shard_and_the_commit_nothing_is_published(corpus_and_tokenizer, reference, tmp_path):
+def test_killed_between_the_last_shard_and_the_commit_nothing_is_published(corpus_and_tokenizer, reference, spark,
+                                                                          tmp_path):
     _, corpus, tokenizer = corpus_and_tokenizer
     config = _config("s3://shardline-commit/runs/uncommitted", corpus, tokenizer)
+    started = time.monotonic()
     process = _submit(config, tmp_path, fault="die-before-commit", wait=False)
     process.communicate(timeout=400)
+    _RUN_SECONDS.append(time.monotonic() - started)
     assert process.returncode != 0
     assert "killed before writing" in (tmp_path / "faults.log").read_text()
     written = _data_files(config)
@@ -155,7 +159,7 @@ def test_killed_between_the_last_shard_and_the_commit_nothing_is_published(corpu
     assert storage.info(storage.join(config.dataset_dir, contract.SUCCESS_FILE)) is None
     with pytest.raises(contract.DatasetNotReadyError):
         contract.load_manifest(config.dataset_dir)
-    _submit(config, tmp_path)
+    build_dataset(spark, config)  # the rerun, in process
     assert split_rows(config.dataset_dir) == reference and not written & _data_files(config)
 
 
@@ -169,9 +173,9 @@ def test_sigkill_at_a_random_moment_never_publishes_a_partial_dataset(corpus_and
 
     _, corpus, tokenizer = corpus_and_tokenizer
     config = _config(f"s3://shardline-commit/runs/random-{point}", corpus, tokenizer)
-    if not _CLEAN_RUN_SECONDS:  # run alone: one whole run first, to time a run on this machine now
+    if not _RUN_SECONDS:  # run alone: one whole run first, to time a run on this machine now
         _submit(config, tmp_path)
-    duration = _CLEAN_RUN_SECONDS[-1]
+    duration = _RUN_SECONDS[-1]
     build_dataset(spark, config)  # a committed dataset (in process: quick) that the killed rebuild replaces
     delay = random.Random(test_seed + point).uniform(0, duration)  # the moment's share of the run is the seed's
     process = _submit(config, tmp_path, wait=False)
