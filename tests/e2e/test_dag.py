@@ -213,4 +213,6 @@ def test_a_manual_mixture_run_without_logical_date_builds_each_source_in_its_run
     assert "--set train.launcher=spark" in output
     train_log = (run_dir / "logs" / "train.log").read_text()
     assert "-m spark_jobs.train_on_spark --config" in train_log.splitlines()[0]
-    assert "TorchDistributor finished" in train_log
+    assert "train: TorchDistributor on local[2]: 1 process(es) in 1 barrier task(s)" in output
+    assert "TorchDistributor finished; model in" in train_log
+    assert json.loads((run_dir / "model" / "lineage.json").read_text())["config"]["train"]["launcher"] == "spark"

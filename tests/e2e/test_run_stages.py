@@ -188,19 +188,3 @@ def test_failed_training_keeps_the_dataset_and_the_next_run_resumes_there(tiny_r
     assert resumed.returncode == 0, resumed.stderr
     assert "preprocess: skipped" in resumed.stdout
     assert f"train: running (not done yet in {run_dir})" in resumed.stdout
-
-
-def test_run_with_the_spark_launcher_trains_through_torch_distributor(tiny_run):
-    run_dir, args, _ = tiny_run
-    result = shardline("run", *args, "--set", "train.lr=0.004", "--set", "train.launcher=spark")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "preprocess: skipped" in result.stdout
-    assert "train: running (the train settings changed since its last run)" in result.stdout
-    assert "evaluate: running (it reads the new output of train)" in result.stdout
-    log = (run_dir / "logs" / "train.log").read_text()
-    assert log.splitlines()[0] == f"$ {sys.executable} -m spark_jobs.train_on_spark --config {run_dir / 'config.resolved.yaml'}"
-    assert "train: TorchDistributor on local[2]: 1 process(es) in 1 barrier task(s)" in result.stdout
-    assert "train: TorchDistributor finished; model in" in log
-    lineage = json.loads((run_dir / "model" / "lineage.json").read_text())
-    assert lineage["config"]["train"]["lr"] == 0.004 and lineage["config"]["train"]["launcher"] == "spark"
-    assert json.loads((run_dir / "eval.json").read_text())["examples"] > 0
