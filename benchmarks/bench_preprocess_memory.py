@@ -2,13 +2,17 @@
 sampled every 0.2 s, building 1x and 4x the data; each size in a fresh process. Not run in CI.
 
     SHARDLINE_BENCH_MEMORY=1 python benchmarks/bench_preprocess_memory.py [--copies 22] [--workdir runs/bench-mem] [--quality]
+        [--driver-memory 1g]
 
 The corpus is real text with unique documents: GCIDE's 126,240 entries (corpora.py), repeated
 `copies` times with a per-copy prefix ("[k] "), so dedup keeps every one and the output grows with
 the input; 22 copies are 1.0 GB of JSONL, the 4x run 4.1 GB. Prints, per size, the peak RSS of the
 driver Python process, of its JVM (local mode: the driver JVM is also the executor), the largest
 of any Python worker, and the ratios 4x/1x (target: flat within 10 %; driver <= 1 GiB), and the
-largest Python worker's peak per Spark stage, to tell which stage grows.
+largest Python worker's peak per Spark stage, to tell which stage grows. The JVM's RSS follows its
+heap, which grows toward spark.driver.memory whatever the job keeps alive; so it also prints the
+largest heap occupancy right after a collection (from -Xlog:gc), the memory the job held, and
+--driver-memory runs both sizes under a smaller heap.
 """
 from __future__ import annotations
 
@@ -87,7 +91,19 @@ class Sampler(threading.Thread):
             time.sleep(0.2)
 
 
-def child(corpus: str, run_dir: str, max_length: int, quality: bool) -> None:
+def heap_after_gc_mb(gc_log: Path) -> tuple[float, float]:
+    """(the largest heap occupancy right after a collection, the largest heap committed) in MB, from
+    the JVM's -Xlog:gc lines ("GC(7) Pause Young (Normal) (G1 Evacuation Pause) 412M->96M(1024M) 8.1ms"):
+    what the job kept alive, apart from what the heap grew to hold between collections."""
+    import re
+
+    after = committed = 0.0
+    for found in re.finditer(r"\d+M->(\d+)M\((\d+)M\)", gc_log.read_text() if gc_log.exists() else ""):
+        after, committed = max(after, float(found.group(1))), max(committed, float(found.group(2)))
+    return after, committed
+
+
+def child(corpus: str, run_dir: str, max_length: int, quality: bool, driver_memory: str) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -104,8 +120,11 @@ def child(corpus: str, run_dir: str, max_length: int, quality: bool) -> None:
             "max_removed_fraction": 1.0})
     config = build_config({"run_dir": run_dir, "data": {"input": corpus, "label_column": "label"},
                            "tokenizer": {"path": TOKENIZER}, "preprocess": preprocess})
+    gc_log = Path(run_dir + "-gc.log")
+    gc_log.unlink(missing_ok=True)
     session = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "1g").getOrCreate())
+               .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", driver_memory)
+               .config("spark.driver.extraJavaOptions", f"-Xlog:gc:file={gc_log}").getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     sampler = Sampler(session.sparkContext)
     sampler.start()
@@ -114,8 +133,10 @@ def child(corpus: str, run_dir: str, max_length: int, quality: bool) -> None:
     seconds = time.perf_counter() - started
     sampler.stop.set()
     session.stop()
+    heap_after_gc, heap_committed = heap_after_gc_mb(gc_log)
     print(json.dumps({"docs": manifest.input_records, "seconds": seconds, "stages": manifest.stage_seconds,
-                      "load": os.getloadavg()[0], "worker_by_stage": sampler.worker_by_stage, **sampler.peaks}))
+                      "load": os.getloadavg()[0], "worker_by_stage": sampler.worker_by_stage, **sampler.peaks,
+                      "heap_after_gc": heap_after_gc, "heap_committed": heap_committed}))
 
 
 def main() -> None:
@@ -125,10 +146,12 @@ def main() -> None:
     parser.add_argument("--workdir", default="runs/bench-mem")
     parser.add_argument("--quality", action="store_true",
                         help="with every quality filter, language and near-dedup on (see bench_quality.py)")
+    parser.add_argument("--driver-memory", default="1g",
+                        help="spark.driver.memory (local mode: the heap of the one JVM, driver and executor)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(*args.child, args.max_length, args.quality)
+        child(*args.child, args.max_length, args.quality, args.driver_memory)
         return
     if not os.environ.get("SHARDLINE_BENCH_MEMORY"):
         sys.exit("set SHARDLINE_BENCH_MEMORY=1 to run this (it writes and preprocesses 5x copies of GCIDE)")
@@ -144,7 +167,8 @@ def main() -> None:
         run_dir = work / f"run-x{factor}"
         shutil.rmtree(run_dir, ignore_errors=True)
         out = subprocess.run([sys.executable, __file__, "--child", str(corpus), str(run_dir),
-                              "--max-length", str(args.max_length)] + (["--quality"] if args.quality else []),
+                              "--max-length", str(args.max_length), "--driver-memory", args.driver_memory]
+                             + (["--quality"] if args.quality else []),
                              capture_output=True, text=True)
         if out.returncode:
             sys.exit(out.stderr[-3000:])
@@ -154,9 +178,11 @@ def main() -> None:
         print(f"{factor}x: {result['mb']:.0f} MB, {result['docs']} docs in {result['seconds']:.0f} s "
               f"({result['docs'] / result['seconds']:.0f} docs/s, load {result['load']:.1f}): peak RSS driver Python "
               f"{result['driver_python']:.0f} MB, driver JVM {result['driver_jvm']:.0f} MB, largest Python worker "
-              f"{result['python_worker']:.0f} MB; stages {result['stages']}", flush=True)
+              f"{result['python_worker']:.0f} MB; JVM heap after a collection at most {result['heap_after_gc']:.0f} MB "
+              f"of {result['heap_committed']:.0f} MB committed (spark.driver.memory {args.driver_memory}); "
+              f"stages {result['stages']}", flush=True)
     small, large = results
-    for kind in ("driver_python", "driver_jvm", "python_worker"):
+    for kind in ("driver_python", "driver_jvm", "python_worker", "heap_after_gc"):
         print(f"{kind:14s} 4x/1x: {large[kind] / max(small[kind], 1e-9):.3f} (target <= 1.10)")
     print("largest Python worker per stage (call site), 1x -> 4x:")
     for stage in sorted(set(small["worker_by_stage"]) | set(large["worker_by_stage"])):
