@@ -11,8 +11,8 @@ driver Python process, of its JVM (local mode: the driver JVM is also the execut
 of any Python worker, and the ratios 4x/1x (target: flat within 10 %; driver <= 1 GiB), and the
 largest Python worker's peak per Spark stage, to tell which stage grows. The JVM's RSS follows its
 heap, which grows toward spark.driver.memory whatever the job keeps alive; so it also prints the
-largest heap occupancy right after a collection (from -Xlog:gc), the memory the job held, and
---driver-memory runs both sizes under a smaller heap.
+largest heap occupancy right after a collection (from -Xlog:gc; an upper bound on what the job
+held), and --driver-memory runs both sizes under a smaller heap.
 """
 from __future__ import annotations
 
@@ -94,7 +94,8 @@ class Sampler(threading.Thread):
 def heap_after_gc_mb(gc_log: Path) -> tuple[float, float]:
     """(the largest heap occupancy right after a collection, the largest heap committed) in MB, from
     the JVM's -Xlog:gc lines ("GC(7) Pause Young (Normal) (G1 Evacuation Pause) 412M->96M(1024M) 8.1ms"):
-    what the job kept alive, apart from what the heap grew to hold between collections."""
+    an upper bound on what the job kept alive (a young collection leaves old garbage in place), apart
+    from what the heap grew to hold between collections."""
     import re
 
     after = committed = 0.0
