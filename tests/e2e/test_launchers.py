@@ -105,14 +105,15 @@ def _two_nodes(run_dir, port, env=None):
 
 @pytest.fixture(scope="module")
 def two_nodes(built):
-    """A run of two torchrun nodes, one process each: (run_dir, port, results, command)."""
+    """A finished run of two torchrun nodes, one process each: (run_dir, port, results, command)."""
     run_dir, port = _new_run(built, "two-nodes"), _free_port()
-    return run_dir, port, *_two_nodes(run_dir, port)
+    results, command = _two_nodes(run_dir, port)
+    assert [code for code, _, _ in results] == [0, 0], "\n".join(out[-2000:] + err[-3000:] for _, out, err in results) + _log(run_dir)
+    return run_dir, port, results, command
 
 
 def test_two_torchrun_nodes_at_a_c10d_rendezvous_train_one_model_on_disjoint_data(two_nodes):
     run_dir, port, results, command = two_nodes
-    assert [code for code, _, _ in results] == [0, 0], "\n".join(out[-2000:] + err[-3000:] for _, out, err in results) + _log(run_dir)
     assert command[1:9] == ["--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "c10d",
                             "--rdzv_endpoint", f"127.0.0.1:{port}"]
     lineage = json.loads((run_dir / "model" / "lineage.json").read_text())
@@ -131,7 +132,6 @@ def test_torch_distributor_in_local_mode_trains_the_same_model_as_two_torchrun_p
     # The reference: the two-node run's two processes (the same arithmetic as one node's two: measured,
     # the same weights to the bit as `train.nproc=2` on one node).
     by_torchrun, by_spark = two_nodes[0], _new_run(built, "distributor-local")
-    assert [code for code, _, _ in two_nodes[2]] == [0, 0]
     spark = _shardline(by_spark, "train", "--set", "train.launcher=spark", "--set", "train.nproc=2",
                        "--set", "train.distributor.local_mode=true", "--set", "spark.master=local[2]",
                        "--set", "spark.conf.spark.ui.enabled=false")
