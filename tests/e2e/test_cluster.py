@@ -2,12 +2,9 @@
 `shardline package` zip through --py-files, compared with the local[2] run of the same config."""
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import sysconfig
-import time
 import urllib.request
 from pathlib import Path
 
@@ -19,15 +16,9 @@ from pipeline.config import build_config, save_config
 from pipeline.demo import demo_records, write_jsonl
 from pipeline.packaging import build_package
 from spark_jobs.preprocess import build_dataset
+from standalone_cluster import LOOPBACK, standalone_cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-LOOPBACK = "127.0.0.1"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
-        return probe.getsockname()[1]
 
 
 def _daemon_env(tmp: Path) -> dict:
@@ -52,53 +43,15 @@ def _executor_python(tmp: Path) -> Path:
     return wrapper
 
 
-def _wait_for_worker(ui_port: int, deadline_s: float) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://{LOOPBACK}:{ui_port}/json/", timeout=2) as reply:
-                if json.load(reply).get("aliveworkers", 0) >= 1:
-                    return
-        except OSError:
-            pass
-        time.sleep(1)
-    raise TimeoutError(f"no worker registered with the master (web UI port {ui_port}) in {deadline_s}s")
-
-
 @pytest.fixture(scope="module")
 def standalone_master(tmp_path_factory, s3_server):
     """spark://127.0.0.1:PORT with one 2-core worker; both daemons are stopped at teardown. The
     daemons get the AWS_* variables (as cluster nodes get an instance role): executors reach the
     S3 server with their own credentials."""
-    import pyspark
-
     tmp = tmp_path_factory.mktemp("cluster")
-    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-    port, ui_port = _free_port(), _free_port()
     env = _daemon_env(tmp)
-    daemons = []
-    try:
-        for args in (
-            ["org.apache.spark.deploy.master.Master", "--host", LOOPBACK, "--port", str(port), "--webui-port", str(ui_port)],
-            ["org.apache.spark.deploy.worker.Worker", f"spark://{LOOPBACK}:{port}", "--host", LOOPBACK,
-             "--port", str(_free_port()), "--webui-port", str(_free_port()), "--cores", "2", "--memory", "2g",
-             "--work-dir", str(tmp / "work")],
-        ):
-            log = open(tmp / f"{args[0].rsplit('.', 1)[1]}.log", "w")
-            # Own process group: teardown stops the daemon and the executors it started, nothing else.
-            daemons.append(subprocess.Popen([str(spark_class), *args], env=env, stdout=log, stderr=log,
-                                            start_new_session=True))
-        _wait_for_worker(ui_port, deadline_s=120)
-        yield f"spark://{LOOPBACK}:{port}", ui_port, env
-    finally:
-        for daemon in reversed(daemons):
-            os.killpg(daemon.pid, signal.SIGTERM)
-        for daemon in reversed(daemons):
-            try:
-                daemon.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(daemon.pid, signal.SIGKILL)
-                daemon.wait()
+    with standalone_cluster(tmp, env) as (master, ui_port):
+        yield master, ui_port, env
 
 
 def _applications(ui_port: int) -> list[dict]:
