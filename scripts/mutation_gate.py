@@ -162,7 +162,7 @@ BREAKS = (
           "    tokenizer = prepare_tokenizer(config, read.split_rejects(records)[0].select(read.TEXT), num_kept)",
           (SPARK + "test_quality.py::test_rows_carry_the_detected_language_and_the_tokenizer_never_saw_removed_text",)),
     Break("near-duplicate-keeps-the-largest-id", "byte identity", "spark_jobs/near_dedup.py",
-          "    nodes = named.orderBy(ID, CONTENT_HASH).withColumn(", "    nodes = named.orderBy(F.desc(ID), CONTENT_HASH).withColumn(",
+          "    nodes = local_checkpoint(named.orderBy(ID, CONTENT_HASH)", "    nodes = local_checkpoint(named.orderBy(F.desc(ID), CONTENT_HASH)",
           (SPARK + "test_near_dedup.py::test_exactly_the_planted_copies_are_removed_for_the_smallest_id",)),
     Break("duplicate-of-names-the-removed-document", "accounting", "spark_jobs/quality.py",
           "    removed = removed.select(clean.CONTENT_HASH, F.col(near_dedup.KEPT_ID).alias(DUPLICATE_OF))",
