@@ -2,7 +2,7 @@
 sampled every 0.2 s, building 1x and 4x the data; each size in a fresh process. Not run in CI.
 
     SHARDLINE_BENCH_MEMORY=1 python benchmarks/bench_preprocess_memory.py [--copies 22] [--workdir runs/bench-mem] [--quality]
-        [--driver-memory 1g]
+        [--driver-memory 1g] [--cluster [--executor-memory 1g]]
 
 The corpus is real text with unique documents: GCIDE's 126,240 entries (corpora.py), repeated
 `copies` times with a per-copy prefix ("[k] "), so dedup keeps every one and the output grows with
@@ -13,6 +13,11 @@ largest Python worker's peak per Spark stage, to tell which stage grows. The JVM
 heap, which grows toward spark.driver.memory whatever the job keeps alive; so it also prints the
 largest heap occupancy right after a collection (from -Xlog:gc; an upper bound on what the job
 held), and --driver-memory runs both sizes under a smaller heap.
+
+--cluster runs both sizes on a Spark standalone cluster started here (one master, one 2-core
+worker: tests/standalone_cluster.py), so the executor is a JVM of its own, with its own heap
+(--executor-memory) and GC log: it prints the executor JVM and its Python workers apart from the
+driver, which on a cluster keeps the job's plan and its tasks' bookkeeping, not the data.
 """
 from __future__ import annotations
 
@@ -24,11 +29,14 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests"))  # standalone_cluster, shared with the cluster tests
+EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"  # in the command line of a standalone executor's JVM
 
 
 def rss_mb(pid: int) -> float:
@@ -41,17 +49,24 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def descendants(pid: int) -> list[tuple[int, str]]:
     """(pid, command line) of every process below pid."""
     from bench_preprocess import process_tree
 
-    out = []
-    for child in process_tree(pid)[1:]:
-        try:
-            out.append((child, Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")))
-        except OSError:
-            continue
-    return out
+    return [(child, command_line(child)) for child in process_tree(pid)[1:]]
+
+
+def executor_jvms() -> list[int]:
+    """The pids of standalone executor JVMs on this machine (children of the worker daemon)."""
+    pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    return [pid for pid in pids if EXECUTOR_MAIN in command_line(pid)]
 
 
 class Sampler(threading.Thread):
@@ -60,7 +75,7 @@ class Sampler(threading.Thread):
 
     def __init__(self, spark_context=None):
         super().__init__(daemon=True)
-        self.peaks = {"driver_python": 0.0, "driver_jvm": 0.0, "python_worker": 0.0}
+        self.peaks = {"driver_python": 0.0, "driver_jvm": 0.0, "python_worker": 0.0, "executor_jvm": 0.0}
         self.worker_by_stage: dict[str, float] = {}
         self.tracker = spark_context.statusTracker() if spark_context is not None else None
         self.stop = threading.Event()
@@ -86,6 +101,12 @@ class Sampler(threading.Thread):
                     self.peaks[kind] = max(self.peaks[kind], rss_mb(pid))
                 if kind == "python_worker":
                     worker = max(worker, rss_mb(pid))
+            for executor in executor_jvms():  # --cluster: the executor and its Python workers
+                self.peaks["executor_jvm"] = max(self.peaks["executor_jvm"], rss_mb(executor))
+                for pid, cmd in descendants(executor):
+                    if "pyspark" in cmd:
+                        worker = max(worker, rss_mb(pid))
+                        self.peaks["python_worker"] = max(self.peaks["python_worker"], rss_mb(pid))
             for stage in self._stages():
                 self.worker_by_stage[stage] = max(self.worker_by_stage.get(stage, 0.0), worker)
             time.sleep(0.2)
@@ -104,7 +125,8 @@ def heap_after_gc_mb(gc_log: Path) -> tuple[float, float]:
     return after, committed
 
 
-def child(corpus: str, run_dir: str, max_length: int, quality: bool, driver_memory: str) -> None:
+def child(corpus: str, run_dir: str, max_length: int, quality: bool, driver_memory: str, master: str,
+          executor_memory: str) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -121,11 +143,16 @@ def child(corpus: str, run_dir: str, max_length: int, quality: bool, driver_memo
             "max_removed_fraction": 1.0})
     config = build_config({"run_dir": run_dir, "data": {"input": corpus, "label_column": "label"},
                            "tokenizer": {"path": TOKENIZER}, "preprocess": preprocess})
-    gc_log = Path(run_dir + "-gc.log")
+    gc_log, executor_gc_log = Path(run_dir + "-gc.log"), Path(run_dir + "-executor-gc.log")
     gc_log.unlink(missing_ok=True)
-    session = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+    executor_gc_log.unlink(missing_ok=True)
+    builder = (SparkSession.builder.master(master).config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", driver_memory)
-               .config("spark.driver.extraJavaOptions", f"-Xlog:gc:file={gc_log}").getOrCreate())
+               .config("spark.driver.extraJavaOptions", f"-Xlog:gc:file={gc_log}"))
+    if master.startswith("spark://"):
+        builder = (builder.config("spark.driver.host", "127.0.0.1").config("spark.executor.memory", executor_memory)
+                   .config("spark.executor.extraJavaOptions", f"-Xlog:gc:file={executor_gc_log}"))
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     sampler = Sampler(session.sparkContext)
     sampler.start()
@@ -135,9 +162,12 @@ def child(corpus: str, run_dir: str, max_length: int, quality: bool, driver_memo
     sampler.stop.set()
     session.stop()
     heap_after_gc, heap_committed = heap_after_gc_mb(gc_log)
+    executor_heap_after_gc, executor_heap_committed = heap_after_gc_mb(executor_gc_log)
     print(json.dumps({"docs": manifest.input_records, "seconds": seconds, "stages": manifest.stage_seconds,
                       "load": os.getloadavg()[0], "worker_by_stage": sampler.worker_by_stage, **sampler.peaks,
-                      "heap_after_gc": heap_after_gc, "heap_committed": heap_committed}))
+                      "heap_after_gc": heap_after_gc, "heap_committed": heap_committed,
+                      "executor_heap_after_gc": executor_heap_after_gc,
+                      "executor_heap_committed": executor_heap_committed}))
 
 
 def main() -> None:
@@ -149,10 +179,13 @@ def main() -> None:
                         help="with every quality filter, language and near-dedup on (see bench_quality.py)")
     parser.add_argument("--driver-memory", default="1g",
                         help="spark.driver.memory (local mode: the heap of the one JVM, driver and executor)")
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--cluster", action="store_true",
+                        help="on a standalone cluster started here (one 2-core worker): the executor is its own JVM")
+    parser.add_argument("--executor-memory", default="1g", help="spark.executor.memory with --cluster")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(*args.child, args.max_length, args.quality, args.driver_memory)
+        child(*args.child[:2], args.max_length, args.quality, args.driver_memory, args.child[2], args.executor_memory)
         return
     if not os.environ.get("SHARDLINE_BENCH_MEMORY"):
         sys.exit("set SHARDLINE_BENCH_MEMORY=1 to run this (it writes and preprocesses 5x copies of GCIDE)")
@@ -160,6 +193,26 @@ def main() -> None:
 
     work = Path(args.workdir).resolve()
     entries = corpora.gcide_entries(Path("runs/bench").resolve())
+    with ExitStack() as stack:
+        master = "local[2]"
+        if args.cluster:
+            from standalone_cluster import LOOPBACK, standalone_cluster
+
+            cluster_dir = work / "cluster"
+            shutil.rmtree(cluster_dir, ignore_errors=True)
+            cluster_dir.mkdir(parents=True)
+            env = {k: v for k, v in os.environ.items() if k != "SPARK_HOME"}
+            env.update(SPARK_LOCAL_IP=LOOPBACK, SPARK_LOG_DIR=str(cluster_dir / "logs"), SPARK_PID_DIR=str(cluster_dir),
+                       PYSPARK_PYTHON=sys.executable)
+            master, _ = stack.enter_context(standalone_cluster(cluster_dir, env, cores=2, memory=args.executor_memory))
+        results = run_sizes(args, work, entries, master)
+    report(args, results)
+
+
+def run_sizes(args: argparse.Namespace, work: Path, entries: list, master: str) -> list[dict]:
+    """Each size in a fresh driver process (and, on the cluster, a fresh executor: a new application)."""
+    import corpora
+
     results = []
     for factor in (1, 4):
         corpus = work / f"gcide-x{args.copies * factor}.jsonl"
@@ -167,8 +220,9 @@ def main() -> None:
             corpora.write_jsonl(entries, corpus, copies=args.copies * factor)
         run_dir = work / f"run-x{factor}"
         shutil.rmtree(run_dir, ignore_errors=True)
-        out = subprocess.run([sys.executable, __file__, "--child", str(corpus), str(run_dir),
-                              "--max-length", str(args.max_length), "--driver-memory", args.driver_memory]
+        out = subprocess.run([sys.executable, __file__, "--child", str(corpus), str(run_dir), master,
+                              "--max-length", str(args.max_length), "--driver-memory", args.driver_memory,
+                              "--executor-memory", args.executor_memory]
                              + (["--quality"] if args.quality else []),
                              capture_output=True, text=True)
         if out.returncode:
@@ -181,9 +235,19 @@ def main() -> None:
               f"{result['driver_python']:.0f} MB, driver JVM {result['driver_jvm']:.0f} MB, largest Python worker "
               f"{result['python_worker']:.0f} MB; JVM heap after a collection at most {result['heap_after_gc']:.0f} MB "
               f"of {result['heap_committed']:.0f} MB committed (spark.driver.memory {args.driver_memory}); "
-              f"stages {result['stages']}", flush=True)
+              + (f"executor JVM {result['executor_jvm']:.0f} MB, its heap after a collection at most "
+                 f"{result['executor_heap_after_gc']:.0f} MB of {result['executor_heap_committed']:.0f} MB committed "
+                 f"(spark.executor.memory {args.executor_memory}); " if args.cluster else "")
+              + f"stages {result['stages']}", flush=True)
+    return results
+
+
+def report(args: argparse.Namespace, results: list[dict]) -> None:
     small, large = results
-    for kind in ("driver_python", "driver_jvm", "python_worker", "heap_after_gc"):
+    kinds = ["driver_python", "driver_jvm", "python_worker", "heap_after_gc"]
+    if args.cluster:
+        kinds += ["executor_jvm", "executor_heap_after_gc"]
+    for kind in kinds:
         print(f"{kind:14s} 4x/1x: {large[kind] / max(small[kind], 1e-9):.3f} (target <= 1.10)")
     print("largest Python worker per stage (call site), 1x -> 4x:")
     for stage in sorted(set(small["worker_by_stage"]) | set(large["worker_by_stage"])):
