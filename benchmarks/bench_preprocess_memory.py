@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "tests"))  # standalone_cluster, shared with the cluster tests
+sys.path.append(str(ROOT / "tests"))  # standalone_cluster, shared with the cluster tests
 EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"  # in the command line of a standalone executor's JVM
 
 
