@@ -175,8 +175,9 @@ def test_connected_components_match_union_find_on_a_random_graph_with_a_long_pat
 
 @pytest.mark.skipif(int(pyspark.__version__.split(".")[0]) < 4, reason="Spark 3.5's localCheckpoint takes no storage level")
 def test_a_local_checkpoint_keeps_its_rows_on_disk_and_none_in_the_executor_heap(spark):
-    """Rows checkpointed in memory are live heap objects that grow with the corpus (GCIDE x4 held
-    ~700 MB more than x1 in the executor's heap); on disk they cost the heap nothing."""
+    """Rows checkpointed in memory are live heap objects, more of them the bigger the corpus (a
+    standalone executor's heap after a collection: 279 MB at GCIDE x1, 727 MB at x4); on disk they
+    cost the heap nothing."""
     storage_info = spark.sparkContext._jsc.sc().getRDDStorageInfo  # the RDDs with blocks kept, as the UI lists them
     before = {info.id() for info in storage_info()}
     frame = local_checkpoint(spark.range(20_000, numPartitions=4).selectExpr("id", "sha2(CAST(id AS STRING), 256) AS pad"))
