@@ -379,19 +379,30 @@ _CHUNK_CACHE: dict[str, list[str]] = {}
 _CHUNK_CACHE_SIZE = 100_000  # chunks (spaCy caches them too); cleared when full, so memory stays bounded
 
 
-# A single character after a word that the suffix rules always split off (no lookbehind).
-_SPLIT_AFTER_A_WORD = frozenset(",;:!?)]}")
+# One character that the suffix rules always split off a word or number (no lookbehind), and one
+# the prefix rules always split off the front.
+_SPLIT_AFTER = frozenset(",;:!?)]}")
+_SPLIT_BEFORE = frozenset("([{")
 
 
-def _word_then_punctuation(chunk: str) -> bool:
-    """chunk is a word followed by one character that spaCy splits off and nothing else applies:
-    "word," "word;" "word." (after a letter that is not upper case: a period after capitals may
-    stay). The commonest chunks to split; found here without the regexes and kept out of the cache."""
-    word, last = chunk[:-1], chunk[-1]
-    if not word.isalpha() or word in _EXCEPTIONS or chunk in _EXCEPTIONS:
-        return False
-    # The period's rule looks behind at letter classes built over the BMP and the emoji planes only.
-    return last in _SPLIT_AFTER_A_WORD or (last == "." and not word[-1].isupper() and word[-1] <= "\uffff")
+def _simple_split(chunk: str) -> list[str] | None:
+    """The tokens of chunk when it is a word or an ASCII number with one character split off, and
+    nothing else applies: "word," "word." "[word" "(1" "3." (a period after a letter that is not
+    upper case: one after capitals may stay). The commonest chunks to split, found here without the
+    regexes and kept out of the cache; None for any other chunk."""
+    first, last = chunk[0], chunk[-1]
+    if last in _SPLIT_AFTER or last == ".":
+        core, parts = chunk[:-1], [chunk[:-1], last]
+        # The period's rule looks behind at letter classes built over the BMP and the emoji planes only.
+        if last == "." and (core[-1:].isupper() or core[-1:] > "\uffff"):
+            return None
+    elif first in _SPLIT_BEFORE:
+        core, parts = chunk[1:], [first, chunk[1:]]
+    else:
+        return None
+    if not (core.isalpha() or (core.isascii() and core.isdigit())) or core in _EXCEPTIONS or chunk in _EXCEPTIONS:
+        return None
+    return parts
 
 
 def spacy_english_words(text: str) -> list[str]:
@@ -405,9 +416,9 @@ def spacy_english_words(text: str) -> list[str]:
             if (chunk.isalpha() or chunk.isdecimal()) and chunk not in _EXCEPTIONS:  # nothing to split
                 out.append(chunk)
                 continue
-            if _word_then_punctuation(chunk):
-                out.append(chunk[:-1])
-                out.append(chunk[-1])
+            tokens = _simple_split(chunk)
+            if tokens is not None:
+                out.extend(tokens)
                 continue
             if len(cache) >= _CHUNK_CACHE_SIZE:
                 cache.clear()

@@ -334,16 +334,17 @@ def test_filters_survive_pickling_as_a_spark_task_carries_them():
     assert pickle.loads(pickle.dumps(f))(texts) == f(texts) == ["gopher_quality.short_doc", "c4.too_few_sentences"]
 
 
-def test_the_word_then_punctuation_shortcut_splits_as_the_affix_rules_do(docstring_records):
-    """spacy_english_words splits "word," "word." and the like without the regexes; every chunk it
-    takes that way must get what the full prefix/suffix/infix/exception path gives."""
+def test_the_shortcut_for_a_word_with_one_character_split_off_agrees_with_the_affix_rules(docstring_records):
+    """spacy_english_words splits "word," "word." "[word" "(1" and the like without the regexes;
+    every chunk it takes that way must get what the full prefix/suffix/infix/exception path gives."""
     from spark_jobs import text_filters
 
     chunks = {chunk for record in docstring_records for chunk in record["text"].split()}
-    chunks |= {word + last for word in ("word", "Word", "WORD", "aB", "Ab", "A", "a", "USA", "Mr", "vs", "etc", "cannot",
-                                        "Ill", "é", "日本", "\U0002000b", "x") for last in ",;:!?)]}.'\"-"}
-    taken = [chunk for chunk in chunks if text_filters._word_then_punctuation(chunk)]
+    cores = ("word", "Word", "WORD", "aB", "Ab", "A", "a", "USA", "Mr", "vs", "etc", "cannot", "Ill", "é", "日本",
+             "\U0002000b", "x", "9", "12", "٣", "1a")
+    chunks |= {core + last for core in cores for last in ",;:!?)]}.'\"-"} | {first + core for core in cores for first in "([{<'-"}
+    taken = [chunk for chunk in chunks if text_filters._simple_split(chunk) is not None]
     assert len(taken) > 1000
-    assert [(c, text_filters._split_chunk(c)) for c in taken if text_filters._split_chunk(c) != [c[:-1], c[-1]]] == []
-    assert spacy_english_words("Mr. Smith, aB. then cannot; end.") == ["Mr.", "Smith", ",", "aB.", "then", "can", "not",
-                                                                      ";", "end", "."]
+    assert [(c, text_filters._split_chunk(c)) for c in taken if text_filters._split_chunk(c) != text_filters._simple_split(c)] == []
+    assert spacy_english_words("Mr. Smith, aB. then cannot; (12 end.") == ["Mr.", "Smith", ",", "aB.", "then", "can", "not",
+                                                                          ";", "(", "12", "end", "."]
