@@ -196,15 +196,13 @@ def main() -> None:
     with ExitStack() as stack:
         master = "local[2]"
         if args.cluster:
-            from standalone_cluster import LOOPBACK, standalone_cluster
+            from standalone_cluster import daemon_env, standalone_cluster
 
             cluster_dir = work / "cluster"
             shutil.rmtree(cluster_dir, ignore_errors=True)
             cluster_dir.mkdir(parents=True)
-            env = {k: v for k, v in os.environ.items() if k != "SPARK_HOME"}
-            env.update(SPARK_LOCAL_IP=LOOPBACK, SPARK_LOG_DIR=str(cluster_dir / "logs"), SPARK_PID_DIR=str(cluster_dir),
-                       PYSPARK_PYTHON=sys.executable)
-            master, _ = stack.enter_context(standalone_cluster(cluster_dir, env, cores=2, memory=args.executor_memory))
+            master, _ = stack.enter_context(standalone_cluster(cluster_dir, daemon_env(cluster_dir), cores=2,
+                                                               memory=args.executor_memory))
         results = run_sizes(args, work, entries, master)
     report(args, results)
 

@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +23,15 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind((LOOPBACK, 0))
         return probe.getsockname()[1]
+
+
+def daemon_env(work: Path) -> dict:
+    """Spark's launcher environment for the daemons: this environment without SPARK_HOME (pyspark's
+    own Spark runs), bound to 127.0.0.1, logs and pid files under work, executors on this python."""
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_HOME"}
+    env.update(SPARK_LOCAL_IP=LOOPBACK, SPARK_LOG_DIR=str(work / "logs"), SPARK_PID_DIR=str(work),
+               PYSPARK_PYTHON=sys.executable)
+    return env
 
 
 def _wait_for_worker(ui_port: int, deadline_s: float) -> None:

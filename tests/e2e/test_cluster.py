@@ -16,7 +16,7 @@ from pipeline.config import build_config, save_config
 from pipeline.demo import demo_records, write_jsonl
 from pipeline.packaging import build_package
 from spark_jobs.preprocess import build_dataset
-from standalone_cluster import LOOPBACK, standalone_cluster
+from standalone_cluster import LOOPBACK, daemon_env, standalone_cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,9 +24,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def _daemon_env(tmp: Path) -> dict:
     """Spark's own launcher environment, without this checkout on PYTHONPATH: executors must get
     the project from the --py-files zip, as on a real cluster."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
-    env.update(SPARK_LOCAL_IP=LOOPBACK, SPARK_LOG_DIR=str(tmp / "logs"), SPARK_PID_DIR=str(tmp),
-               PYSPARK_PYTHON=sys.executable, PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}")
+    env = daemon_env(tmp)
+    env.pop("PYTHONPATH", None)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     return env
 
 
