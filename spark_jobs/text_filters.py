@@ -24,9 +24,10 @@ Cost, same corpus (average 1,500 characters, 300 words), one core, warm: tokeniz
 document (chunks are cached, as spaCy caches them); gopher_quality 300 us, gopher_repetition
 1,100 us (counting word 2- to 10-grams), c4 140 us, fineweb 80 us, all four in order 380 us;
 datatrove with spaCy takes 9.5 / 10.3 / 3.1 / 3.3 ms. On 40,000 GCIDE entries (320 characters,
-a dictionary's markup: 45 % of the chunks need splitting) all four take 172 us a document, the
-words 54 us, with `_simple_split` taking "word," "[word" and the like past the regexes (196 and
-73 us without it). Importing this module builds the regexes: 0.2 s once per Python worker.
+a dictionary's markup: 45 % of the chunks need splitting) all four take 160 us a document, the
+words 50 us, with `_simple_split` taking "word," "[word" and the like past the regexes and
+gopher_repetition counting no longer n-grams once shorter ones are all distinct (196 and 73 us
+without either). Importing this module builds the regexes: 0.2 s once per Python worker.
 
 Deliberate differences from datatrove: a threshold of 0 is a threshold (datatrove's truthiness test
 turns it off; here only null does); empty texts and ratios over zero words do not raise; repeated
@@ -539,15 +540,23 @@ def _gopher_repetition(cfg, doc: _Doc) -> str | None:
     if cfg.dup_line_char_frac is not None and chars / size > cfg.dup_line_char_frac:
         return "gopher_repetition.dup_line_char_frac"
     grams = _WordNGrams(doc.words)
+    # From the first n whose n-grams are all distinct, every longer n's are too (a repeated n-gram
+    # implies a repeated shorter one): the top one is then the first, seen once, and none repeats.
+    no_repeat_from = None
     for n, frac in sorted(cfg.top_n_grams.items()):
-        keys = grams.keys(n)
-        if not keys:
-            continue
-        # Counter keeps first-seen order among ties, as datatrove's most_common(1) over strings does.
-        key, occurrences = Counter(keys).most_common(1)[0]
-        if (grams.chars(keys.index(key), n) + n - 1) * occurrences / size > frac:
+        if n > len(grams.ids):
+            continue  # no n-grams
+        if no_repeat_from is not None and n >= no_repeat_from:
+            position, occurrences = 0, 1
+        else:
+            keys = grams.keys(n)
+            # Counter keeps first-seen order among ties, as datatrove's most_common(1) over strings does.
+            key, occurrences = Counter(keys).most_common(1)[0]
+            position = keys.index(key)
+            if occurrences == 1:
+                no_repeat_from = n
+        if (grams.chars(position, n) + n - 1) * occurrences / size > frac:
             return f"gopher_repetition.top_{n}_gram"
-    no_repeat_from = None  # a repeated n-gram implies a repeated shorter one: stop at the first n without
     for n, frac in sorted(cfg.dup_n_grams.items()):
         if no_repeat_from is not None and n >= no_repeat_from:
             continue

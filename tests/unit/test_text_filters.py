@@ -186,6 +186,18 @@ def test_top_gram_ties_take_the_first_seen():
     assert gopher_repetition(top_n_grams={2: 0.5}).removal_reason(text) is None
 
 
+def test_longer_top_grams_after_one_without_repeats_take_the_first_seen_once():
+    # No bigram repeats, so no longer n-gram does: the trigram that counts is the first, seen once,
+    # "aaaaaaaaaa b c" (12 characters + 2 for the spaces datatrove's count adds, of 26).
+    f = gopher_repetition(top_n_grams={2: 1.0, 3: 0.5}, dup_n_grams={5: 0.0})
+    assert f.removal_reason("aaaaaaaaaa b c d e f g h i") == "gopher_repetition.top_3_gram"
+    assert f.removal_reason("b c d e f g h i aaaaaaaaaa") is None
+    # A repeated bigram: the trigrams are counted, "aa bb cc" twice (2 * 8 of 20 characters).
+    f = gopher_repetition(top_n_grams={2: 1.0, 3: 0.5})
+    assert f.removal_reason("aa bb cc aa bb cc dd") == "gopher_repetition.top_3_gram"
+    assert f.removal_reason("aa bb") is None  # two words: no trigram to count
+
+
 def test_characters_in_repeated_five_grams():
     f = gopher_repetition(dup_n_grams={5: 0.15})
     gram = "aa bb cc dd ee"  # repeated once: its 10 letters count (words joined without spaces)
