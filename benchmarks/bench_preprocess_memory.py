@@ -73,8 +73,9 @@ class Sampler(threading.Thread):
     """Peak RSS per kind of process, and the largest Python worker's peak per running Spark stage
     (named by its call site, as the Spark UI names it)."""
 
-    def __init__(self, spark_context=None):
+    def __init__(self, spark_context=None, cluster: bool = False):
         super().__init__(daemon=True)
+        self.cluster = cluster  # executors are JVMs of their own, found by scanning /proc
         self.peaks = {"driver_python": 0.0, "driver_jvm": 0.0, "python_worker": 0.0, "executor_jvm": 0.0}
         self.worker_by_stage: dict[str, float] = {}
         self.tracker = spark_context.statusTracker() if spark_context is not None else None
@@ -101,7 +102,7 @@ class Sampler(threading.Thread):
                     self.peaks[kind] = max(self.peaks[kind], rss_mb(pid))
                 if kind == "python_worker":
                     worker = max(worker, rss_mb(pid))
-            for executor in executor_jvms():  # --cluster: the executor and its Python workers
+            for executor in executor_jvms() if self.cluster else []:  # the executor and its Python workers
                 self.peaks["executor_jvm"] = max(self.peaks["executor_jvm"], rss_mb(executor))
                 for pid, cmd in descendants(executor):
                     if "pyspark" in cmd:
@@ -154,7 +155,7 @@ def child(corpus: str, run_dir: str, max_length: int, quality: bool, driver_memo
                    .config("spark.executor.extraJavaOptions", f"-Xlog:gc:file={executor_gc_log}"))
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    sampler = Sampler(session.sparkContext)
+    sampler = Sampler(session.sparkContext, cluster=master.startswith("spark://"))
     sampler.start()
     started = time.perf_counter()
     manifest = build_dataset(session, config)
