@@ -2,14 +2,15 @@
 
 Pure DataFrame -> DataFrame transforms; `near_duplicates` is the entry. The steps:
 
-1. one row per content hash, the smallest id (exact copies are one document here), and its document
-   key: two longs, the first 120 bits of the content hash (sha256) in two 60-bit halves. Only
-   keys travel through the big shuffles below (num_bands rows a document), not the 64-character
-   hash and the id: on GCIDE x4 the band rows shuffled 521 MB as strings, 207 MB as keys. Two
-   distinct documents share a key with probability 2^-120 per pair (4e-19 among 10^9 documents),
-   and sha256 gives no way to make them;
-2. MinHash signatures and band keys on the executors (`mapInArrow`, spark_jobs.minhash), exploded to
-   (band, band key, document key); a document without shingles gets no bands;
+1. each document's key: two longs, the first 120 bits of its content hash (sha256) in two 60-bit
+   halves, so exact copies are one document. Only keys travel through the big shuffles below
+   (num_bands rows a document), not the 64-character hash and the id: on GCIDE x4 the band rows
+   shuffled 521 MB as strings, 207 MB as keys. Two distinct documents share a key with
+   probability 2^-120 per pair (4e-19 among 10^9 documents), and sha256 gives no way to make them;
+2. MinHash signatures and band keys on the executors (`mapInArrow`, spark_jobs.minhash), in the
+   tasks that hold the text, exploded to (band, band key, document key); a document without
+   shingles gets no bands. The text itself is never shuffled here: an exact copy in another task
+   is hashed again and gives the same rows, which make no pair;
 3. each bucket (band, band key) of two or more documents gives star edges from every member to the
    bucket's smallest document key - bands x rows as text-dedup's minhash_spark.py does it, since
    Spark ML's MinHashLSH has only OR-amplification;
@@ -17,7 +18,8 @@ Pure DataFrame -> DataFrame transforms; `near_duplicates` is the entry. The step
    two documents' shingle sets reaches it. A member is checked against its bucket's smallest key
    only, so a member similar to another member but not to that one loses this bucket's link (it
    is usually linked through another band);
-5. the documents that have an edge are numbered in (id, content_hash) order (a sort, then
+5. the documents that have an edge (their smallest id among exact copies found by a shuffle of
+   ids and hashes only) are numbered in (id, content_hash) order (a sort, then
    monotonically_increasing_id, which grows with the sort), so the smallest number of a component
    is the document kept; connected components by alternating large-star and small-star (Kiveris et
    al. 2014, "Connected Components in MapReduce and Beyond"), which converges in O(log^2 n) rounds
@@ -87,12 +89,12 @@ def near_duplicates(docs: DataFrame, cfg: NearDedupConfig, num_partitions: int) 
 
     Runs Spark jobs before it returns (the candidate pairs, their numbering and each round of
     connected components are local checkpoints); the frame returned joins those back to hashes."""
-    distinct = distinct_documents(docs, num_partitions)
-    pairs = candidate_pairs(band_rows(distinct, cfg), num_partitions)
+    keyed = with_document_keys(docs)
+    pairs = candidate_pairs(band_rows(keyed, cfg), num_partitions)
     if cfg.min_jaccard is not None:
-        pairs = verified_pairs(pairs, distinct, cfg)
+        pairs = verified_pairs(pairs, keyed, cfg)
     # Few rows (candidates only), read twice below: computed once, signatures and all.
-    nodes, edges = numbered_edges(local_checkpoint(pairs), distinct)
+    nodes, edges = numbered_edges(local_checkpoint(pairs), distinct_documents(docs))
     stars = connected_components(edges, num_partitions)
     removed = (
         stars.join(nodes.select(F.col(_NODE).alias(SRC), CONTENT_HASH), SRC)
@@ -103,14 +105,17 @@ def near_duplicates(docs: DataFrame, cfg: NearDedupConfig, num_partitions: int) 
     return removed.to(REMOVED_COLUMNS)
 
 
-def distinct_documents(docs: DataFrame, num_partitions: int) -> DataFrame:
-    """(content_hash, id, text, key_hi, key_lo), one row per content hash: its smallest id and its
-    document key. One shuffle."""
-    kept = (docs.repartition(num_partitions, CONTENT_HASH).groupBy(CONTENT_HASH)
-            .agg(F.min(F.struct(ID, TEXT)).alias("_kept")))
-    keys = [F.conv(F.substring(CONTENT_HASH, 1 + 15 * half, 15), 16, 10).cast("long").alias(name)
-            for half, name in enumerate(KEY)]  # 15 hex digits: 60 bits, always a positive long
-    return kept.select(CONTENT_HASH, f"_kept.{ID}", f"_kept.{TEXT}", *keys)
+def with_document_keys(docs: DataFrame) -> DataFrame:
+    """docs with key_hi and key_lo, from content_hash: 15 hex digits each, 60 bits, always a
+    positive long. No shuffle."""
+    return docs.select("*", *(F.conv(F.substring(CONTENT_HASH, 1 + 15 * half, 15), 16, 10).cast("long").alias(name)
+                              for half, name in enumerate(KEY)))
+
+
+def distinct_documents(docs: DataFrame) -> DataFrame:
+    """(content_hash, id, key_hi, key_lo), one row per content hash: its smallest id and its
+    document key. One shuffle, of hashes and ids (not texts)."""
+    return with_document_keys(docs.groupBy(CONTENT_HASH).agg(F.min(ID).alias(ID)))
 
 
 def band_rows(docs: DataFrame, cfg: NearDedupConfig) -> DataFrame:
@@ -145,9 +150,9 @@ def candidate_pairs(bands: DataFrame, num_partitions: int) -> DataFrame:
 
 def verified_pairs(pairs: DataFrame, docs: DataFrame, cfg: NearDedupConfig) -> DataFrame:
     """The pairs whose two documents' shingle sets have a Jaccard similarity of at least
-    cfg.min_jaccard (docs: distinct_documents, for the texts)."""
+    cfg.min_jaccard (docs: key_hi, key_lo and text, exact copies allowed)."""
     hasher, threshold = MinHasher.from_config(cfg), cfg.min_jaccard
-    texts = docs.select(*KEY, TEXT)
+    texts = docs.select(*KEY, TEXT).dropDuplicates(list(KEY))  # docs may hold exact copies
     root_texts = texts.select(*(F.col(k).alias(r) for k, r in zip(KEY, ROOT)), F.col(TEXT).alias("_root_text"))
     joined = pairs.join(texts, list(KEY)).join(root_texts, list(ROOT)).select(*_PAIR_COLUMNS, TEXT, "_root_text")
     schema = T.StructType([T.StructField(name, T.LongType(), False) for name in _PAIR_COLUMNS])

@@ -1,14 +1,17 @@
 import hashlib
 import random
+import re
 
 import pyspark
 import pytest
 from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
 
 from pipeline.config import NearDedupConfig
+from spark_jobs.clean import CONTENT_HASH
 from spark_jobs.minhash import MinHasher, jaccard
-from spark_jobs.near_dedup import (DST, KEY, REMOVED_COLUMNS, SRC, connected_components, distinct_documents,
-                                   local_checkpoint, near_duplicates)
+from spark_jobs.near_dedup import (BAND, BAND_KEY, DST, KEY, REMOVED_COLUMNS, SRC, band_rows, candidate_pairs,
+                                   connected_components, distinct_documents, local_checkpoint, near_duplicates,
+                                   with_document_keys)
 
 pytestmark = pytest.mark.spark
 
@@ -136,9 +139,43 @@ def test_min_jaccard_drops_candidate_pairs_below_it(spark, long_texts):
 
 def test_a_document_key_is_its_content_hash_first_120_bits_and_exact_copies_are_one_document(spark, long_texts):
     rows = [("doc-2", long_texts[0]), ("doc-1", long_texts[0]), ("doc-3", long_texts[1])]
-    found = distinct_documents(frame(spark, rows), num_partitions=2).select("id", *KEY).collect()
+    found = distinct_documents(frame(spark, rows)).select("id", *KEY).collect()
     expected = {(doc_id, int(sha(text)[:15], 16), int(sha(text)[15:30], 16)) for doc_id, text in rows[1:]}
     assert {tuple(row) for row in found} == expected
+
+
+def shuffled_columns(frame) -> set[str]:
+    """The columns that some shuffle (Exchange) of frame's physical plan moves, as "name type"
+    (a struct's type names its fields: an aggregate's partial result is a column of its own)."""
+    plan = frame._jdf.queryExecution().executedPlan()
+    if plan.nodeName().startswith("AdaptiveSparkPlan"):
+        plan = plan.executedPlan()  # the plan with its exchanges, as adaptive execution would start it
+    found, pending = set(), [plan]
+    while pending:
+        node = pending.pop()
+        if node.nodeName().endswith("Exchange"):
+            output = node.output()
+            found |= {f"{a.name()} {a.dataType().catalogString()}" for a in map(output.apply, range(output.size()))}
+        children = node.children()
+        pending += [children.apply(i) for i in range(children.size())]
+    return found
+
+
+def moves_text(frame) -> bool:
+    return any(re.search(r"\btext\b", column) for column in shuffled_columns(frame))
+
+
+def test_the_texts_are_hashed_where_they_are_and_never_shuffled(spark, planted):
+    """A corpus is mostly its texts: shuffling them (to find one row per content hash, as near-dedup
+    once did, twice) costs about as much as the rest of near-dedup together."""
+    rows, _ = planted
+    data = spark.sparkContext.parallelize([(sha(text), doc_id, text) for doc_id, text in rows], 3)
+    docs = spark.createDataFrame(data, "content_hash string, id string, text string")  # 3 partitions, no shuffle
+    pairs = candidate_pairs(band_rows(with_document_keys(docs), CFG), num_partitions=3)
+    assert {f"{BAND} int", f"{BAND_KEY} bigint"} <= shuffled_columns(pairs) and not moves_text(pairs)
+    numbered = distinct_documents(docs)
+    assert f"{CONTENT_HASH} string" in shuffled_columns(numbered) and not moves_text(numbered)
+    assert moves_text(docs.repartition(2))  # what the check sees when texts move
 
 
 def test_distinct_and_empty_documents_give_an_empty_result(spark, long_texts):
