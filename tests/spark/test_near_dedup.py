@@ -206,7 +206,7 @@ def test_connected_components_match_union_find_on_a_random_graph_with_a_long_pat
         parent[max(ru, rv)] = min(ru, rv)
     expected = [(node, find(node)) for node in parent if find(node) != node]
     edges = spark.createDataFrame(pairs, f"{SRC} long, {DST} long")
-    result = connected_components(edges, num_partitions=3)
+    result = connected_components(edges)
     assertDataFrameEqual(result, spark.createDataFrame(expected, f"{SRC} long, {DST} long"))
 
 
