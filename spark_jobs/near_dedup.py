@@ -196,9 +196,9 @@ def connected_components(edges: DataFrame) -> DataFrame:
     """(_src, _dst) edges, SRC > DST -> one edge (node, smallest node of its component) for every
     node but the smallest. Alternates large-star and small-star until the edges are such stars;
     raises after ceil(log2(nodes + 2))^2 rounds (the O(log^2 n) bound), which means a bug."""
-    # One shuffle, into as many partitions as adaptive execution makes of the edges' bytes (16 an
-    # edge), and the rounds keep them: the corpus's count (46 at GCIDE x4, for 570k edges) made
-    # every round's stages dozens of tiny tasks.
+    # One shuffle; adaptive execution sizes its partitions, as it does each round's, by the edges'
+    # bytes (16 an edge). The corpus's count (46 at GCIDE x4, for 570k edges) made every round's
+    # map stages read dozens of tiny partitions.
     edges = local_checkpoint(edges.distinct())
     max_rounds = math.ceil(math.log2(2 * edges.count() + 2)) ** 2  # at most 2 nodes per edge
     for _ in range(max_rounds):
