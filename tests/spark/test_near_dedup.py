@@ -2,7 +2,6 @@ import hashlib
 import random
 import re
 
-import pyspark
 import pytest
 from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
 
@@ -210,7 +209,6 @@ def test_connected_components_match_union_find_on_a_random_graph_with_a_long_pat
     assertDataFrameEqual(result, spark.createDataFrame(expected, f"{SRC} long, {DST} long"))
 
 
-@pytest.mark.skipif(int(pyspark.__version__.split(".")[0]) < 4, reason="Spark 3.5's localCheckpoint takes no storage level")
 def test_a_local_checkpoint_keeps_its_rows_on_disk_and_none_in_the_executor_heap(spark):
     """Rows checkpointed in memory are live heap objects, more of them the bigger the corpus (a
     standalone executor's heap after a collection: 279 MB at GCIDE x1, 727 MB at x4); on disk they
