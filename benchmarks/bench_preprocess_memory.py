@@ -2,7 +2,7 @@
 sampled every 0.2 s, building 1x and 4x the data; each size in a fresh process. Not run in CI.
 
     SHARDLINE_BENCH_MEMORY=1 python benchmarks/bench_preprocess_memory.py [--copies 22] [--workdir runs/bench-mem] [--quality]
-        [--driver-memory 1g] [--cluster [--executor-memory 1g]]
+        [--driver-memory 1g] [--cluster [--executor-memory 1g]] [--live-every SECONDS]
 
 The corpus is real text with unique documents: GCIDE's 126,240 entries (corpora.py), repeated
 `copies` times with a per-copy prefix ("[k] "), so dedup keeps every one and the output grows with
@@ -18,6 +18,11 @@ held), and --driver-memory runs both sizes under a smaller heap.
 worker: tests/standalone_cluster.py), so the executor is a JVM of its own, with its own heap
 (--executor-memory) and GC log: it prints the executor JVM and its Python workers apart from the
 driver, which on a cluster keeps the job's plan and its tasks' bookkeeping, not the data.
+
+--live-every S makes every JVM of the job run a full collection every S seconds (jcmd GC.run) and
+prints the largest heap right after one: what the job kept alive, where the heap after any
+collection also counts garbage a young collection left. The collections cost time: compare
+memory, not seconds, from such a run.
 """
 from __future__ import annotations
 
@@ -71,11 +76,13 @@ def executor_jvms() -> list[int]:
 
 class Sampler(threading.Thread):
     """Peak RSS per kind of process, and the largest Python worker's peak per running Spark stage
-    (named by its call site, as the Spark UI names it)."""
+    (named by its call site, as the Spark UI names it). With live_every, every JVM of the job is also
+    made to run a full collection that often (jcmd GC.run), so its GC log gives its live heap."""
 
-    def __init__(self, spark_context=None, cluster: bool = False):
+    def __init__(self, spark_context=None, cluster: bool = False, live_every: float = 0.0):
         super().__init__(daemon=True)
         self.cluster = cluster  # executors are JVMs of their own, found by scanning /proc
+        self.live_every, self.last_collection = live_every, time.monotonic()
         self.peaks = {"driver_python": 0.0, "driver_jvm": 0.0, "python_worker": 0.0, "executor_jvm": 0.0}
         self.worker_by_stage: dict[str, float] = {}
         self.tracker = spark_context.statusTracker() if spark_context is not None else None
@@ -96,13 +103,17 @@ class Sampler(threading.Thread):
         while not self.stop.is_set():
             self.peaks["driver_python"] = max(self.peaks["driver_python"], rss_mb(me))
             worker = 0.0
+            jvms = []
             for pid, cmd in descendants(me):
                 kind = "driver_jvm" if "java" in cmd.split(" ")[0] else "python_worker" if "pyspark" in cmd else None
+                if kind == "driver_jvm":
+                    jvms.append(pid)
                 if kind:
                     self.peaks[kind] = max(self.peaks[kind], rss_mb(pid))
                 if kind == "python_worker":
                     worker = max(worker, rss_mb(pid))
             for executor in executor_jvms() if self.cluster else []:  # the executor and its Python workers
+                jvms.append(executor)
                 self.peaks["executor_jvm"] = max(self.peaks["executor_jvm"], rss_mb(executor))
                 for pid, cmd in descendants(executor):
                     if "pyspark" in cmd:
@@ -110,24 +121,32 @@ class Sampler(threading.Thread):
                         self.peaks["python_worker"] = max(self.peaks["python_worker"], rss_mb(pid))
             for stage in self._stages():
                 self.worker_by_stage[stage] = max(self.worker_by_stage.get(stage, 0.0), worker)
+            if self.live_every and time.monotonic() - self.last_collection >= self.live_every:
+                for pid in jvms:  # a full collection, logged as "Pause Full (Diagnostic Command)"
+                    subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60)
+                self.last_collection = time.monotonic()
             time.sleep(0.2)
 
 
-def heap_after_gc_mb(gc_log: Path) -> tuple[float, float]:
-    """(the largest heap occupancy right after a collection, the largest heap committed) in MB, from
-    the JVM's -Xlog:gc lines ("GC(7) Pause Young (Normal) (G1 Evacuation Pause) 412M->96M(1024M) 8.1ms"):
-    an upper bound on what the job kept alive (a young collection leaves old garbage in place), apart
-    from what the heap grew to hold between collections."""
+def heap_after_gc_mb(gc_log: Path) -> tuple[float, float, float]:
+    """(the largest heap occupancy right after a collection, the largest heap committed, the largest
+    right after a full collection that live_every asked for) in MB, from the JVM's -Xlog:gc lines
+    ("GC(7) Pause Young (Normal) (G1 Evacuation Pause) 412M->96M(1024M) 8.1ms"). The first is an
+    upper bound on what the job kept alive (a young collection leaves old garbage in place), apart
+    from what the heap grew to hold between collections; the last is what it kept alive then."""
     import re
 
-    after = committed = 0.0
-    for found in re.finditer(r"\d+M->(\d+)M\((\d+)M\)", gc_log.read_text() if gc_log.exists() else ""):
-        after, committed = max(after, float(found.group(1))), max(committed, float(found.group(2)))
-    return after, committed
+    after = committed = live = 0.0
+    for found in re.finditer(r"(Pause Full \(Diagnostic Command\) )?\d+M->(\d+)M\((\d+)M\)",
+                             gc_log.read_text() if gc_log.exists() else ""):
+        after, committed = max(after, float(found.group(2))), max(committed, float(found.group(3)))
+        if found.group(1):
+            live = max(live, float(found.group(2)))
+    return after, committed, live
 
 
 def child(corpus: str, run_dir: str, max_length: int, quality: bool, driver_memory: str, master: str,
-          executor_memory: str) -> None:
+          executor_memory: str, live_every: float) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -155,20 +174,21 @@ def child(corpus: str, run_dir: str, max_length: int, quality: bool, driver_memo
                    .config("spark.executor.extraJavaOptions", f"-Xlog:gc:file={executor_gc_log}"))
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    sampler = Sampler(session.sparkContext, cluster=master.startswith("spark://"))
+    sampler = Sampler(session.sparkContext, cluster=master.startswith("spark://"), live_every=live_every)
     sampler.start()
     started = time.perf_counter()
     manifest = build_dataset(session, config)
     seconds = time.perf_counter() - started
     sampler.stop.set()
     session.stop()
-    heap_after_gc, heap_committed = heap_after_gc_mb(gc_log)
-    executor_heap_after_gc, executor_heap_committed = heap_after_gc_mb(executor_gc_log)
+    heap_after_gc, heap_committed, live_heap = heap_after_gc_mb(gc_log)
+    executor_heap_after_gc, executor_heap_committed, executor_live_heap = heap_after_gc_mb(executor_gc_log)
     print(json.dumps({"docs": manifest.input_records, "seconds": seconds, "stages": manifest.stage_seconds,
                       "load": os.getloadavg()[0], "worker_by_stage": sampler.worker_by_stage, **sampler.peaks,
                       "heap_after_gc": heap_after_gc, "heap_committed": heap_committed,
                       "executor_heap_after_gc": executor_heap_after_gc,
-                      "executor_heap_committed": executor_heap_committed}))
+                      "executor_heap_committed": executor_heap_committed, "live_heap": live_heap,
+                      "executor_live_heap": executor_live_heap}))
 
 
 def main() -> None:
@@ -183,10 +203,14 @@ def main() -> None:
     parser.add_argument("--cluster", action="store_true",
                         help="on a standalone cluster started here (one 2-core worker): the executor is its own JVM")
     parser.add_argument("--executor-memory", default="1g", help="spark.executor.memory with --cluster")
+    parser.add_argument("--live-every", type=float, default=0.0, metavar="SECONDS",
+                        help="make every JVM of the job run a full collection this often, to print its live heap "
+                             "(the largest after such a collection); 0: never")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(*args.child[:2], args.max_length, args.quality, args.driver_memory, args.child[2], args.executor_memory)
+        child(*args.child[:2], args.max_length, args.quality, args.driver_memory, args.child[2], args.executor_memory,
+              args.live_every)
         return
     if not os.environ.get("SHARDLINE_BENCH_MEMORY"):
         sys.exit("set SHARDLINE_BENCH_MEMORY=1 to run this (it writes and preprocesses 5x copies of GCIDE)")
@@ -221,7 +245,7 @@ def run_sizes(args: argparse.Namespace, work: Path, entries: list, master: str) 
         shutil.rmtree(run_dir, ignore_errors=True)
         out = subprocess.run([sys.executable, __file__, "--child", str(corpus), str(run_dir), master,
                               "--max-length", str(args.max_length), "--driver-memory", args.driver_memory,
-                              "--executor-memory", args.executor_memory]
+                              "--executor-memory", args.executor_memory, "--live-every", str(args.live_every)]
                              + (["--quality"] if args.quality else []),
                              capture_output=True, text=True)
         if out.returncode:
@@ -234,18 +258,21 @@ def run_sizes(args: argparse.Namespace, work: Path, entries: list, master: str) 
               f"{result['driver_python']:.0f} MB, driver JVM {result['driver_jvm']:.0f} MB, largest Python worker "
               f"{result['python_worker']:.0f} MB; JVM heap after a collection at most {result['heap_after_gc']:.0f} MB "
               f"of {result['heap_committed']:.0f} MB committed (spark.driver.memory {args.driver_memory}); "
+              + (f"its live heap at most {result['live_heap']:.0f} MB; " if args.live_every else "")
               + (f"executor JVM {result['executor_jvm']:.0f} MB, its heap after a collection at most "
                  f"{result['executor_heap_after_gc']:.0f} MB of {result['executor_heap_committed']:.0f} MB committed "
                  f"(spark.executor.memory {args.executor_memory}); " if args.cluster else "")
+              + (f"executor live heap at most {result['executor_live_heap']:.0f} MB; "
+                 if args.cluster and args.live_every else "")
               + f"stages {result['stages']}", flush=True)
     return results
 
 
 def report(args: argparse.Namespace, results: list[dict]) -> None:
     small, large = results
-    kinds = ["driver_python", "driver_jvm", "python_worker", "heap_after_gc"]
+    kinds = ["driver_python", "driver_jvm", "python_worker", "heap_after_gc"] + (["live_heap"] if args.live_every else [])
     if args.cluster:
-        kinds += ["executor_jvm", "executor_heap_after_gc"]
+        kinds += ["executor_jvm", "executor_heap_after_gc"] + (["executor_live_heap"] if args.live_every else [])
     for kind in kinds:
         print(f"{kind:14s} 4x/1x: {large[kind] / max(small[kind], 1e-9):.3f} (target <= 1.10)")
     print("largest Python worker per stage (call site), 1x -> 4x:")
