@@ -5,6 +5,9 @@
 # SPARK_IMAGE's Spark version must equal constraints-current.txt's pyspark: the job's Python side
 # (pip's pyspark) talks to this image's JVM, and executors unpickle what the driver pickled. The
 # dataset it writes trains on either stack (README "Two stacks").
+# The tag is the one apache/spark-docker gives every 4.x release (its versions.json lists
+# <version>-scala2.13-java17-python3-ubuntu for 4.0.0 to 4.1.2 as of 2026-06; pyspark 4.3.0 is of
+# 2026-10): not pulled here, as this machine has no Docker engine.
 ARG SPARK_IMAGE=apache/spark:4.3.0-scala2.13-java17-python3-ubuntu
 FROM ${SPARK_IMAGE}
 
