@@ -214,6 +214,8 @@ def main() -> None:
         return
     if not os.environ.get("SHARDLINE_BENCH_MEMORY"):
         sys.exit("set SHARDLINE_BENCH_MEMORY=1 to run this (it writes and preprocesses 5x copies of GCIDE)")
+    if args.live_every and not shutil.which("jcmd"):
+        sys.exit("--live-every needs jcmd on PATH (it comes with a JDK, not with a JRE)")
     import corpora
 
     work = Path(args.workdir).resolve()
