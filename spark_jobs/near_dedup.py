@@ -181,8 +181,8 @@ def numbered_edges(pairs: DataFrame, docs: DataFrame) -> tuple[DataFrame, DataFr
 
 
 def local_checkpoint(frame: DataFrame) -> DataFrame:
-    """frame computed now and kept on the executors, its lineage cut: on local disk only where
-    Spark takes a storage level (4.x). Kept in memory, Spark's default, the checkpointed rows are
+    """frame computed now and kept on the executors, its lineage cut, on their local disks only
+    (Spark 4.x and 3.5 alike). Kept in memory, Spark's default, the checkpointed rows are
     live objects in the executor's heap, and there are more of them the bigger the corpus: on a
     standalone executor (Spark 4.3, 1 GB heap, every quality rule on) its heap after a collection
     went from 279 MB at GCIDE x1 to 727 MB at x4 with them in memory, from 282 to 332 MB on disk."""
