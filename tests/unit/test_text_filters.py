@@ -360,3 +360,46 @@ def test_the_shortcut_for_a_word_with_one_character_split_off_agrees_with_the_af
     assert [(c, text_filters._split_chunk(c)) for c in taken if text_filters._split_chunk(c) != text_filters._simple_split(c)] == []
     assert spacy_english_words("Mr. Smith, aB. then cannot; (12 end.") == ["Mr.", "Smith", ",", "aB.", "then", "can", "not",
                                                                           ";", "(", "12", "end", "."]
+
+
+def _counted_in_full(words: list[str], n: int) -> tuple[int, int, int]:
+    """(characters in repeats by datatrove's find_all_duplicate, the top n-gram's occurrences and
+    first position) from every n-gram counted, as datatrove counts them (as tuples here)."""
+    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    seen, repeated, idx = set(), 0, 0
+    while idx < len(grams):
+        if grams[idx] in seen:
+            repeated += sum(map(len, grams[idx]))
+            idx += n
+        else:
+            seen.add(grams[idx])
+            idx += 1
+    occurrences = max((grams.count(g) for g in grams), default=0)
+    first = next((i for i, g in enumerate(grams) if grams.count(g) == occurrences), None)
+    return repeated, occurrences, first
+
+
+def test_n_grams_found_from_the_repeated_shorter_ones_match_counting_every_n_gram(docstring_records):
+    """_WordNGrams looks for a repeated n-gram only where the (n-1)-grams at p and p + 1 repeat:
+    the duplicated and top n-gram figures must be those of counting every n-gram, on real text and
+    on texts of few distinct words (long runs of repeats, overlapping ones)."""
+    import random
+
+    from spark_jobs import text_filters
+
+    rng = random.Random(7)
+    texts = [record["text"] for record in docstring_records[:300]]
+    texts += [" ".join(rng.choice(("a", "b", "ab", "c")) for _ in range(rng.randint(0, 80))) for _ in range(300)]
+    texts += [" ".join(["x"] * k + ["y"] + ["x"] * k) for k in range(12)]
+    repeating = 0
+    for text in texts:
+        words = spacy_english_words(text)
+        grams = text_filters._WordNGrams(words)
+        for n in (7, 2, 1, 3, 12, 4, 5):  # out of order: the cache must not depend on it
+            repeated, occurrences, first = _counted_in_full(words, n)
+            assert text_filters._repeated_ngram_chars(grams, n) == repeated, (text[:60], n)
+            if n <= len(words):
+                key, count = grams.counts(n).most_common(1)[0]
+                assert (count, grams.keys(n).index(key)) == (occurrences, first), (text[:60], n)
+            repeating += repeated > 0
+    assert repeating > 500  # the texts do repeat
