@@ -541,20 +541,16 @@ def _gopher_repetition(cfg, doc: _Doc) -> str | None:
     if cfg.dup_line_char_frac is not None and chars / size > cfg.dup_line_char_frac:
         return "gopher_repetition.dup_line_char_frac"
     grams = _WordNGrams(doc.words)
-    # From the first n whose n-grams are all distinct, every longer n's are too (a repeated n-gram
-    # implies a repeated shorter one): the top one is then the first, seen once.
-    no_repeat_from = None
     for n, frac in sorted(cfg.top_n_grams.items()):
         if n > len(grams.ids):
             continue  # no n-grams
-        if no_repeat_from is not None and n >= no_repeat_from:
-            position, occurrences = 0, 1
-        else:
+        positions, keys, counts = grams.repeated(n)
+        if positions:
             # Counter keeps first-seen order among ties, as datatrove's most_common(1) over strings does.
-            key, occurrences = grams.counts(n).most_common(1)[0]
-            position = grams.keys(n).index(key)
-            if occurrences == 1:
-                no_repeat_from = n
+            key, occurrences = counts.most_common(1)[0]
+            position = positions[keys.index(key)]
+        else:
+            position, occurrences = 0, 1  # none repeats: the first n-gram, seen once
         if (grams.chars(position, n) + n - 1) * occurrences / size > frac:
             return f"gopher_repetition.top_{n}_gram"
     for n, frac in sorted(cfg.dup_n_grams.items()):
@@ -564,56 +560,43 @@ def _gopher_repetition(cfg, doc: _Doc) -> str | None:
 
 
 class _WordNGrams:
-    """The word n-grams of one text as ints: word ids (where the word first occurs) in mixed radix
-    (equal ints, equal n-grams), each n built from the last in C-level maps, instead of the joined
-    strings datatrove counts. The top n-gram rules count every n-gram of their n; the duplicated
-    n-gram rules need only the n-grams that occur more than once, and an n-gram at p can repeat
-    only where the (n-1)-grams at p and p + 1 both do, so from the last n counted whole each n
-    looks at those positions only (on GCIDE entries 8.5 % of the positions hold a repeated 3-gram,
-    4.8 % a repeated 4-gram). Against counting every n-gram of each n, with the default rules: on
-    GCIDE entries (64 words) the duplicated n-gram rules took 17 us a document instead of 30; on
-    entries joined 12 at a time (770 words, repeated markup) 270 us instead of 1,060."""
+    """The word n-grams of one text that occur more than once, as ints: word ids (where the word
+    first occurs) in mixed radix (equal ints, equal n-grams), built in C-level maps, instead of the
+    joined strings datatrove counts. Words and 2-grams are counted whole. A longer n-gram at p can
+    repeat only where the (n-1)-grams at p and p + 1 both do, so each longer n looks at those
+    positions only (on GCIDE entries 18 % of the positions hold a repeated 2-gram, 4.8 % a repeated
+    4-gram). Against counting every n-gram of each n, gopher_repetition with its default rules took
+    80 us a GCIDE entry (64 words) either way, and 710 us instead of 1,530 on entries joined 12 at
+    a time (770 words, repeated markup): one core, both in one process."""
 
     def __init__(self, words: list[str]):
         first_seen: dict[str, int] = {}
         self.ids = list(map(first_seen.setdefault, words, count()))  # a word's id: where it first occurs
         self.radix = max(len(words), 1)
         self.lengths = list(map(len, words))
-        self._n, self._keys = 1, self.ids
-        self._counts: dict[int, Counter] = {}
-        self._repeated: dict[int, tuple[list[int], list[int]]] = {}
+        self._repeated: dict[int, tuple[list[int], list[int], Counter]] = {}
 
-    def keys(self, n: int) -> list[int]:
-        """One int per n-gram, in text order."""
-        if n < self._n:
-            self._n, self._keys = 1, self.ids
-        while self._n < n:
-            self._keys = list(map(add, map(mul, self._keys, repeat(self.radix)), self.ids[self._n:]))
-            self._n += 1
-        return self._keys
-
-    def counts(self, n: int) -> Counter:
-        """How often each n-gram occurs, in the order first seen."""
-        if n not in self._counts:
-            self._counts[n] = Counter(self.keys(n))
-        return self._counts[n]
-
-    def repeated(self, n: int) -> tuple[list[int], list[int]]:
-        """(positions, in text order, of the n-grams that occur more than once; their ints)."""
+    def repeated(self, n: int) -> tuple[list[int], list[int], Counter]:
+        """(positions, in text order, of the n-grams that occur more than once; their ints; a
+        Counter whose most common, first seen among ties, is the text's most common n-gram when
+        any repeats)."""
         found = self._repeated.get(n)
         if found is None:
-            if n == 1 or n in self._counts:
-                keys = self.keys(n)
-                found = _occurring_twice(range(len(keys)), keys, self.counts(n))
+            if n <= 2:
+                ids = self.ids
+                keys = ids if n == 1 else list(map(add, map(mul, ids, repeat(self.radix)), ids[1:]))
+                counts = Counter(keys)
+                found = (*_occurring_twice(range(len(keys)), keys, counts), counts)
             else:
-                positions, keys = self.repeated(n - 1)
+                positions, keys, _ = self.repeated(n - 1)
                 if not positions:
-                    return positions, keys  # no (n-1)-gram repeats, so no n-gram does
+                    return positions, keys, Counter()  # no (n-1)-gram repeats, so no n-gram does
                 followed = list(map(set(positions).__contains__, map((1).__add__, positions)))
                 starts = list(compress(positions, followed))
                 last_words = map(self.ids.__getitem__, map((n - 1).__add__, starts))
                 grams = list(map(add, map(mul, compress(keys, followed), repeat(self.radix)), last_words))
-                found = _occurring_twice(starts, grams, Counter(grams))
+                counts = Counter(grams)
+                found = (*_occurring_twice(starts, grams, counts), counts)
             self._repeated[n] = found
         return found
 
@@ -636,7 +619,8 @@ def _repeated_ngram_chars(grams: _WordNGrams, n: int) -> int:
     other position it just records a never-again-seen n-gram and moves on by one."""
     seen: set[int] = set()
     repeated = idx = 0
-    for pos, key in zip(*grams.repeated(n)):
+    positions, keys, _ = grams.repeated(n)
+    for pos, key in zip(positions, keys):
         if pos < idx:
             continue  # inside the n-gram just counted as a repeat
         if key in seen:

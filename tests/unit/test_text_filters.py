@@ -398,8 +398,11 @@ def test_n_grams_found_from_the_repeated_shorter_ones_match_counting_every_n_gra
         for n in (7, 2, 1, 3, 12, 4, 5):  # out of order: the cache must not depend on it
             repeated, occurrences, first = _counted_in_full(words, n)
             assert text_filters._repeated_ngram_chars(grams, n) == repeated, (text[:60], n)
-            if n <= len(words):
-                key, count = grams.counts(n).most_common(1)[0]
-                assert (count, grams.keys(n).index(key)) == (occurrences, first), (text[:60], n)
+            positions, keys, counts = grams.repeated(n)
+            if positions:
+                key, count = counts.most_common(1)[0]
+                assert (count, positions[keys.index(key)]) == (occurrences, first), (text[:60], n)
+            else:  # none repeats: the top n-gram is the first, seen once
+                assert (occurrences, first) in ((1, 0), (0, None)), (text[:60], n)
             repeating += repeated > 0
     assert repeating > 500  # the texts do repeat
