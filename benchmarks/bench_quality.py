@@ -1,6 +1,6 @@
 """Corpus quality: how well near-duplicates and languages are found, and what the quality stages cost.
 
-    python benchmarks/bench_quality.py [--parts language,near,cost,scaling] [--copies 4] [--workdir runs/bench-quality]
+    python benchmarks/bench_quality.py [--parts language,near,filters,cost,scaling] [--copies 4] [--workdir runs/bench-quality]
 
 Corpora (offline, from Debian packages, see corpora.py):
 - language: paragraphs of >= 200 characters of the manual pages in English (manpages, manpages-dev)
@@ -15,6 +15,11 @@ Corpora (offline, from Debian packages, see corpora.py):
   duplicate. Distinct documents removed: pages of the original corpus removed as near duplicates
   of another original page, split by their true Jaccard (word 5-grams) with the page kept: >= 0.72
   (they are near duplicates in the corpus itself) or below (false positives).
+- filters: microseconds a document of each heuristic filter (the words given, as the filters
+  share them), of the words themselves, of the four filters in order and of language
+  identification, in this process on one core, best of 3 passes, permissive thresholds (below):
+  on 40,000 GCIDE entries (dictionary entries, ~320 characters) and on the same entries joined 12
+  at a time (~3,800 characters, the length of a web page's text).
 - cost: GCIDE x --copies (corpora.py), the job with no quality section against the job with every
   filter, language and near-dedup on, both with collapse_whitespace false, each on a fresh local[2]
   session (JVM start excluded) after a warm-up build. The GCIDE copies differ only by a "[k] "
@@ -277,6 +282,49 @@ def bench_cost(workdir: Path, copies: int) -> None:
           f"{(off_seconds + added) / off_seconds:.2f}x (added {added:.1f} s)")
 
 
+def bench_filters(workdir: Path, entries: int = 40_000) -> None:
+    from pipeline.config import build_config
+    from spark_jobs import language, text_filters
+
+    quality = build_config({"run_dir": str(workdir / "filters"), "data": {"input": "unused", "label_column": "label"},
+                            "tokenizer": {"path": TOKENIZER},
+                            "preprocess": {"collapse_whitespace": False, "quality": PERMISSIVE}}).preprocess.quality
+    texts = [text for _, text in corpora.gcide_entries(workdir)[:entries]]
+    identifier = language.LanguageIdentifier(quality.language)
+    every = text_filters.TextFilters(quality)
+    for label, docs in (("GCIDE entries", texts),
+                        ("entries joined 12 at a time", ["\n\n".join(texts[i:i + 12]) for i in range(0, len(texts), 12)])):
+        words = [text_filters.spacy_english_words(text) for text in docs]  # warms the chunk cache as a worker's is
+
+        def per_doc(work) -> float:
+            best = float("inf")
+            for _ in range(3):
+                started = time.perf_counter()
+                work()
+                best = min(best, time.perf_counter() - started)
+            return best / len(docs) * 1e6
+
+        def with_words(check, cfg) -> float:
+            prepared = []
+            for text, tokens in zip(docs, words):
+                doc = text_filters._Doc(text)
+                doc._words = tokens
+                prepared.append(doc)
+            return per_doc(lambda: [check(cfg, doc) for doc in prepared])
+
+        figures = {"words": per_doc(lambda: [text_filters.spacy_english_words(text) for text in docs])}
+        for name, check in (("gopher_quality", text_filters._gopher_quality),
+                            ("gopher_repetition", text_filters._gopher_repetition),
+                            ("c4", text_filters._c4), ("fineweb", text_filters._fineweb)):
+            figures[name] = with_words(check, getattr(quality, name))
+        figures["all four, words included"] = per_doc(lambda: every(docs))
+        figures["language"] = per_doc(lambda: [identifier.identify(text) for text in docs])
+        mean_chars = sum(map(len, docs)) / len(docs)
+        mean_words = sum(map(len, words)) / len(words)
+        print(f"filters: {label}: {len(docs)} documents, {mean_chars:.0f} characters and {mean_words:.0f} words each")
+        print("  us a document: " + ", ".join(f"{name} {us:.1f}" for name, us in figures.items()))
+
+
 def busy_cores() -> tuple[int, int]:
     """(busy, total) jiffies of every CPU since boot, from /proc/stat (Linux)."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -304,7 +352,7 @@ def bench_scaling(workdir: Path, copies: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="language,near,cost,scaling")
+    parser.add_argument("--parts", default="language,near,filters,cost,scaling")
     parser.add_argument("--workdir", default="runs/bench-quality")
     parser.add_argument("--copies", type=int, default=4)
     parser.add_argument("--per-language", type=int, default=1000)
@@ -319,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         bench_language(workdir, args.per_language, args.seed)
     if "near" in parts:
         bench_near(workdir, args.planted, args.seed)
+    if "filters" in parts:
+        bench_filters(workdir)
     if "cost" in parts:
         bench_cost(workdir, args.copies)
     if "scaling" in parts:
