@@ -93,6 +93,7 @@ STOP_WORDS = frozenset(("the", "be", "to", "of", "and", "that", "have", "with"))
 _C4_END_PUNCTUATION = (".", "?", "!", '"', "'")
 _C4_CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 _C4_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+_C4_POLICY_SEARCH = re.compile("|".join(map(re.escape, _C4_POLICY))).search  # any of them, in one scan
 _PARAGRAPH_BREAK = re.compile(r"\n{2,}")
 _LINE_BREAKS = re.compile("\n+")
 
@@ -484,6 +485,23 @@ def _duplicates(items: list[str]) -> tuple[int, int]:
     return elements, chars
 
 
+_ASCII_WORD_WITH_A_LETTER = re.compile("[A-Za-z][^ ]*")  # from a word's first letter to its end
+
+
+def _words_with_a_letter(words: list[str]) -> int:
+    """How many words have an alphabetic character. Words hold no whitespace (they are pieces of
+    str.split's chunks), so the ASCII ones that are not all letters (markup, numbers, "--") are
+    counted by one regex scan over them joined by spaces: a third of the time of testing them one
+    by one on GCIDE's entries, 44 % of whose words are not all letters."""
+    others = [w for w in words if not w.isalpha()]
+    joined = " ".join(others)
+    if joined.isascii():
+        with_letter = len(_ASCII_WORD_WITH_A_LETTER.findall(joined))
+    else:
+        with_letter = sum(1 for w in others if any(c.isalpha() for c in w))
+    return len(words) - len(others) + with_letter
+
+
 def _gopher_quality(cfg, doc: _Doc) -> str | None:
     text, words = doc.text, doc.words
     n_words = len(words)
@@ -515,7 +533,7 @@ def _gopher_quality(cfg, doc: _Doc) -> str | None:
             if ellipses / len(lines) > cfg.max_ellipsis_lines_ratio:
                 return "gopher_quality.too_many_end_ellipsis"
     if cfg.max_non_alpha_words_ratio is not None and n_words:
-        alpha = sum(1 for w in words if w.isalpha() or any(c.isalpha() for c in w))
+        alpha = _words_with_a_letter(words)
         if alpha / n_words < cfg.max_non_alpha_words_ratio:
             return "gopher_quality.below_alpha_threshold"
     if cfg.min_stop_words is not None and len(STOP_WORDS.intersection(words)) < cfg.min_stop_words:
@@ -637,9 +655,10 @@ def _c4(cfg, doc: _Doc) -> str | None:
     for line in doc.text.splitlines():
         line = line.strip()
         words = line.split()
-        if cfg.max_word_length is not None and any(len(w) > cfg.max_word_length for w in words):
+        if cfg.max_word_length is not None and len(line) > cfg.max_word_length and max(map(len, words)) > cfg.max_word_length:
             continue
-        line = _C4_CITATION.sub("", line)
+        if "[" in line:  # every citation mark starts with one
+            line = _C4_CITATION.sub("", line)
         if cfg.filter_no_terminal_punct and (not line.endswith(_C4_END_PUNCTUATION) or line.endswith("...")):
             continue
         if cfg.min_words_per_line is not None and len(words) < cfg.min_words_per_line:
@@ -651,7 +670,7 @@ def _c4(cfg, doc: _Doc) -> str | None:
             continue
         if cfg.filter_curly_bracket and "{" in line:
             return "c4.curly_bracket"
-        if cfg.filter_policy and any(p in lower for p in _C4_POLICY):
+        if cfg.filter_policy and _C4_POLICY_SEARCH(lower):
             continue
         if cfg.min_num_sentences is not None and sentences < cfg.min_num_sentences:
             sentences += count_sentences(line)  # only counted up to the minimum: it decides nothing more

@@ -406,3 +406,21 @@ def test_n_grams_found_from_the_repeated_shorter_ones_match_counting_every_n_gra
                 assert (occurrences, first) in ((1, 0), (0, None)), (text[:60], n)
             repeating += repeated > 0
     assert repeating > 500  # the texts do repeat
+
+
+def test_words_with_a_letter_are_those_with_an_alphabetic_character(docstring_records):
+    """gopher_quality's alphabetic-words ratio counts ASCII words by one regex scan: it must count
+    what testing each word's characters counts, with a non-ASCII word among them or not."""
+    from spark_jobs.text_filters import _words_with_a_letter
+
+    def each(words: list[str]) -> int:
+        return sum(1 for w in words if any(c.isalpha() for c in w))
+
+    odd = ["--", "1.5", "a1", "_", "x_y", "[WordNet", "...", "#", "Z9", "9Z", "'s", "n't", ":)"]
+    for record in docstring_records[:200]:
+        words = spacy_english_words(record["text"])
+        assert _words_with_a_letter(words) == each(words)
+        assert _words_with_a_letter(words + odd) == each(words + odd)
+    for unusual in ("é1", "²", "Ⅻ", "１", "日本", "٣", "ǅ"):  # non-ASCII: letters or not, by str.isalpha
+        assert _words_with_a_letter(odd + [unusual]) == each(odd + [unusual]), unusual
+    assert _words_with_a_letter([]) == 0
