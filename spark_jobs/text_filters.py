@@ -27,8 +27,9 @@ datatrove with spaCy takes 9.5 / 10.3 / 3.1 / 3.3 ms. On 40,000 GCIDE entries (3
 a dictionary's markup: 45 % of the chunks need splitting) all four take 160 us a document, the
 words 50 us, with `_simple_split` taking "word," "[word" and the like past the regexes and
 gopher_repetition counting no longer n-grams once shorter ones are all distinct (196 and 73 us
-without either); the duplicated n-gram rules now look only where shorter n-grams repeat
-(_WordNGrams). Importing this module builds the regexes: 0.2 s once per Python worker.
+without either); since then the n-gram rules look only where shorter n-grams repeat
+(_WordNGrams), and `benchmarks/bench_quality.py --parts filters` gives each filter's cost.
+Importing this module builds the regexes: 0.2 s once per Python worker.
 
 Deliberate differences from datatrove: a threshold of 0 is a threshold (datatrove's truthiness test
 turns it off; here only null does); empty texts and ratios over zero words do not raise; repeated
