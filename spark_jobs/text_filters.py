@@ -601,22 +601,20 @@ class _WordNGrams:
         any repeats)."""
         found = self._repeated.get(n)
         if found is None:
-            if n <= 2:
-                ids = self.ids
+            ids = self.ids
+            if n <= 2:  # every position
+                positions = range(len(ids) - n + 1)
                 keys = ids if n == 1 else list(map(add, map(mul, ids, repeat(self.radix)), ids[1:]))
-                counts = Counter(keys)
-                found = (*_occurring_twice(range(len(keys)), keys, counts), counts)
             else:
-                positions, keys, _ = self.repeated(n - 1)
-                if not positions:
-                    return positions, keys, Counter()  # no (n-1)-gram repeats, so no n-gram does
-                followed = list(map(set(positions).__contains__, map((1).__add__, positions)))
-                starts = list(compress(positions, followed))
-                last_words = map(self.ids.__getitem__, map((n - 1).__add__, starts))
-                grams = list(map(add, map(mul, compress(keys, followed), repeat(self.radix)), last_words))
-                counts = Counter(grams)
-                found = (*_occurring_twice(starts, grams, counts), counts)
-            self._repeated[n] = found
+                shorter, shorter_keys, _ = self.repeated(n - 1)
+                if not shorter:
+                    return [], [], Counter()  # no (n-1)-gram repeats, so no n-gram does
+                followed = list(map(set(shorter).__contains__, map((1).__add__, shorter)))
+                positions = list(compress(shorter, followed))
+                last_words = map(ids.__getitem__, map((n - 1).__add__, positions))
+                keys = list(map(add, map(mul, compress(shorter_keys, followed), repeat(self.radix)), last_words))
+            counts = Counter(keys)
+            found = self._repeated[n] = (*_occurring_twice(positions, keys, counts), counts)
         return found
 
     def chars(self, pos: int, n: int) -> int:
