@@ -39,7 +39,7 @@ def test_dockerfile_passes_hadolint_with_no_finding_at_all(dockerfile):
 
 
 def pins(name: str) -> dict[str, str]:
-    return dict(line.split("#")[0].strip().split("==") for line in (REPO_ROOT / name).read_text().splitlines()
+    return dict(line.split("#")[0].split(";")[0].strip().split("==") for line in (REPO_ROOT / name).read_text().splitlines()
                 if "==" in line and not line.startswith("#"))
 
 
