@@ -35,10 +35,21 @@ def _executor_python(tmp: Path) -> Path:
     project. The venv's own python would import it from the checkout whatever --py-files holds: the
     editable install is a .pth hook in site-packages. This one is the same python run with -S (no
     site module, so no .pth file is processed) and site-packages added to the end of PYTHONPATH as a
-    plain directory, after what Spark puts there (pyspark's zips and the --py-files zip)."""
+    plain directory, after what Spark puts there (pyspark's zips and the --py-files zip).
+
+    Python 3.12 has no distutils, and Spark 3.5's Arrow path still imports it (pyspark.sql.pandas.types);
+    setuptools (which torch requires) supplies it through a .pth hook, which -S skips. So a `distutils`
+    link to setuptools' own copy goes on the path just before site-packages, as that hook would give it."""
     site_packages = sysconfig.get_paths()["purelib"]
+    path = site_packages
+    if sys.version_info >= (3, 12):
+        shims = tmp / "executor-shims"
+        shims.mkdir(exist_ok=True)
+        if not (shims / "distutils").exists():
+            (shims / "distutils").symlink_to(Path(site_packages) / "setuptools" / "_distutils")
+        path = f"{shims}:{site_packages}"
     wrapper = tmp / "executor-python"
-    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{site_packages}" exec {sys.executable} -S "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{path}" exec {sys.executable} -S "$@"\n')
     wrapper.chmod(0o755)
     return wrapper
 
