@@ -39,8 +39,17 @@ def test_dockerfile_passes_hadolint_with_no_finding_at_all(dockerfile):
 
 
 def pins(name: str) -> dict[str, str]:
-    return dict(line.split("#")[0].split(";")[0].strip().split("==") for line in (REPO_ROOT / name).read_text().splitlines()
-                if "==" in line and not line.startswith("#"))
+    """Package -> pinned version on this interpreter: a line whose environment marker does not hold
+    here (`; python_version < "3.11"`) is left out."""
+    from packaging.markers import Marker
+
+    found = {}
+    for line in (REPO_ROOT / name).read_text().splitlines():
+        requirement, _, marker = line.split("#")[0].partition(";")
+        if "==" in requirement and (not marker.strip() or Marker(marker).evaluate()):
+            package, version = requirement.strip().split("==")
+            found[package] = version
+    return found
 
 
 def test_images_start_from_the_official_spark_and_pytorch_images_at_the_pinned_versions():
