@@ -3,8 +3,8 @@
 #   petastorm  Spark 3.5, pyarrow 14, numpy 1.26, Petastorm (the default reader); Python 3.10-3.12;
 #              Java 8/11/17; .venv/, pinned by constraints.txt
 #   current    Spark 4, a current pyarrow, numpy 2, reader.backend pyarrow (no Petastorm);
-#              Python 3.11-3.13 (numpy 2.4 needs 3.11); Java 17/21; .venv-current/, pinned by
-#              constraints-current.txt
+#              Python 3.10-3.13 (on 3.10 Spark 4.2 and numpy 2.2: 4.3 and 2.4 need 3.11); Java 17/21;
+#              .venv-current/, pinned by constraints-current.txt
 #
 #   stack_python STACK     the first interpreter on PATH that STACK runs on (its path), else nothing
 #   stack_pick             sets STACK: $SHARDLINE_STACK when set (a one-line error if this machine
@@ -19,7 +19,7 @@
 _stack_versions() {
   case $1 in
     petastorm) echo "3.10 3.11 3.12" ;;
-    current) echo "3.11 3.12 3.13" ;;  # numpy 2.4 and its neighbours in the pins need 3.11+
+    current) echo "3.10 3.11 3.12 3.13" ;;
     *) return 1 ;;
   esac
 }
@@ -29,7 +29,7 @@ _stack_versions() {
 _stack_candidates() {
   case $1 in
     petastorm) echo "python3.12 python3.11 python3.10 python3" ;;
-    current) echo "python3 python3.13 python3.12 python3.11" ;;
+    current) echo "python3 python3.13 python3.12 python3.11 python3.10" ;;
   esac
 }
 

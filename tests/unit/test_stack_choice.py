@@ -65,9 +65,14 @@ def test_asking_for_petastorm_on_a_3_13_only_machine_is_a_one_line_error_saying_
     assert status != 0 and stack == "" and rest == ""
     assert said.startswith("SHARDLINE_STACK=petastorm needs Python 3.10, 3.11, 3.12") and "python3 is 3.13" in said
     assert "install one" in said
-    # The current stack's pins (numpy 2.4) need 3.11+: a 3.10-only machine has the petastorm stack only.
-    status, _, said, _ = pick(tmp_path / "310", {"python3": "3.10"}, stack="current")
-    assert status != 0 and said.startswith("SHARDLINE_STACK=current needs Python 3.11, 3.12, 3.13")
+    status, _, said, _ = pick(tmp_path / "39", {"python3": "3.9"}, stack="current")
+    assert status != 0 and said.startswith("SHARDLINE_STACK=current needs Python 3.10, 3.11, 3.12, 3.13")
+
+
+def test_the_current_stack_runs_on_a_python_3_10(tmp_path):
+    # On 3.10 its pins take Spark 4.2 and numpy 2.2 (constraints-current.txt's 3.10 lines).
+    status, stack, said, _ = pick(tmp_path, {"python3": "3.9", "python3.10": "3.10"}, stack="current")
+    assert (status, stack) == (0, "current") and said.split()[4].endswith("/python3.10,")
 
 
 def test_an_unknown_stack_name_and_a_machine_with_no_usable_python_are_one_line_errors(tmp_path):
