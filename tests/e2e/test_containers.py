@@ -38,15 +38,16 @@ def test_dockerfile_passes_hadolint_with_no_finding_at_all(dockerfile):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def pins(name: str) -> dict[str, str]:
-    """Package -> pinned version on this interpreter: a line whose environment marker does not hold
-    here (`; python_version < "3.11"`) is left out."""
+def pins(name: str, python_version: str | None = None) -> dict[str, str]:
+    """Package -> pinned version on this interpreter, or on python_version ("3.12"): a line whose
+    environment marker does not hold there (`; python_version < "3.11"`) is left out."""
     from packaging.markers import Marker
 
+    environment = {"python_version": python_version} if python_version else None
     found = {}
     for line in (REPO_ROOT / name).read_text().splitlines():
         requirement, _, marker = line.split("#")[0].partition(";")
-        if "==" in requirement and (not marker.strip() or Marker(marker).evaluate()):
+        if "==" in requirement and (not marker.strip() or Marker(marker).evaluate(environment)):
             package, version = requirement.strip().split("==")
             found[package] = version
     return found
@@ -56,9 +57,14 @@ def test_images_start_from_the_official_spark_and_pytorch_images_at_the_pinned_v
     petastorm, current = pins("constraints.txt"), pins("constraints-current.txt")
     spark = (REPO_ROOT / "docker" / "spark.Dockerfile").read_text()
     train = (REPO_ROOT / "docker" / "train.Dockerfile").read_text()
-    # The Spark image is the current stack's: Spark 4, its pins.
-    assert current["pyspark"].startswith("4.") and f"ARG SPARK_IMAGE=apache/spark:{current['pyspark']}-" in spark
+    # The Spark image is the current stack's: Spark 4, its pins, on the Python the image installs
+    # (apache/spark's own python3 is Ubuntu 22.04's 3.10, where the pins give another Spark).
+    python = re.search(r"^ARG PYTHON_VERSION=(3\.\d+)$", spark, re.MULTILINE)
+    assert python, "spark.Dockerfile must name the Python it installs"
+    image_pins = pins("constraints-current.txt", python[1])
+    assert image_pins["pyspark"].startswith("4.") and f"ARG SPARK_IMAGE=apache/spark:{image_pins['pyspark']}-" in spark
     assert "-c constraints-current.txt" in spark and "constraints.txt" not in spark.replace("constraints-current.txt", "")
+    assert "PYSPARK_PYTHON=/opt/shardline/venv/bin/python" in spark and 'uv venv' in spark
     # The training image offers both stacks, current by default, on the torch both pin.
     assert petastorm["torch"] == current["torch"]
     assert f"ARG PYTORCH_IMAGE=pytorch/pytorch:{current['torch']}-cuda" in train and "-runtime" in train
