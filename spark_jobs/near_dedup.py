@@ -35,6 +35,9 @@ partition, which Spark spills to disk.
 
 The result depends only on the set of documents: which document is kept, and every number, are
 decided by the (id, content_hash) order, never by partitioning or input order.
+
+The Spark UI names each phase's jobs ("near-dedup: connected components, star test and round 2"),
+not their call sites (`localCheckpoint at NativeMethodAccessorImpl.java:0`): spark_jobs.progress.described.
 """
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ from pipeline import contract
 from pipeline.config import NearDedupConfig
 from spark_jobs.clean import CONTENT_HASH
 from spark_jobs.minhash import EMPTY, MinHasher, jaccard
+from spark_jobs.progress import described
 from spark_jobs.read import TEXT
 
 ID = contract.ID_COLUMN
@@ -89,12 +93,16 @@ def near_duplicates(docs: DataFrame, cfg: NearDedupConfig, num_partitions: int) 
 
     Runs Spark jobs before it returns (the candidate pairs, their numbering and each round of
     connected components are local checkpoints); the frame returned joins those back to hashes."""
+    spark_context = docs.sparkSession.sparkContext
     keyed = with_document_keys(docs)
     pairs = candidate_pairs(band_rows(keyed, cfg), num_partitions)
     if cfg.min_jaccard is not None:
         pairs = verified_pairs(pairs, keyed, cfg)
     # Few rows (candidates only), read twice below: computed once, signatures and all.
-    nodes, edges = numbered_edges(local_checkpoint(pairs), distinct_documents(docs))
+    with described(spark_context, "near-dedup: MinHash signatures and candidate pairs"):
+        pairs = local_checkpoint(pairs)
+    with described(spark_context, "near-dedup: candidates numbered in (id, content_hash) order"):
+        nodes, edges = numbered_edges(pairs, distinct_documents(docs))
     stars = connected_components(edges)
     removed = (
         stars.join(nodes.select(F.col(_NODE).alias(SRC), CONTENT_HASH), SRC)
@@ -205,14 +213,16 @@ def connected_components(edges: DataFrame) -> DataFrame:
     # One shuffle; adaptive execution sizes its partitions, as it does each round's, by the edges'
     # bytes (16 an edge). The corpus's count (46 at GCIDE x4, for 570k edges) made every round's
     # map stages read dozens of tiny partitions.
-    edges = local_checkpoint(edges.distinct())
-    max_rounds = math.ceil(math.log2(2 * edges.count() + 2)) ** 2  # at most 2 nodes per edge
-    for _ in range(max_rounds):
-        if _is_star_forest(edges):
-            return edges
-        edges = local_checkpoint(_small_star(_large_star(edges)))
-    if _is_star_forest(edges):
-        return edges
+    spark_context = edges.sparkSession.sparkContext
+    with described(spark_context, "near-dedup: connected components, edges between the numbered candidates"):
+        edges = local_checkpoint(edges.distinct())
+        max_rounds = math.ceil(math.log2(2 * edges.count() + 2)) ** 2  # at most 2 nodes per edge
+    for done in range(max_rounds + 1):
+        with described(spark_context, f"near-dedup: connected components, star test and round {done + 1}"):
+            if _is_star_forest(edges):
+                return edges
+            if done < max_rounds:
+                edges = local_checkpoint(_small_star(_large_star(edges)))
     raise RuntimeError(f"connected components did not converge in {max_rounds} large-star/small-star rounds")
 
 

@@ -34,7 +34,7 @@ from pipeline.tokenizer import backend_json, load_tokenizer, train_tokenizer
 from spark_jobs import clean, encode, input_count, quality, read, shard, split
 from spark_jobs.manifest import begin_build, publish, remove_unlisted, versions
 from spark_jobs.manifest import split_stats as split_stats_of
-from spark_jobs.progress import SparkProgress
+from spark_jobs.progress import SparkProgress, described
 
 PERSIST = StorageLevel.DISK_ONLY  # the read records, which the job reuses: see build_dataset
 
@@ -193,7 +193,7 @@ def count_records(records: DataFrame, with_labels: bool) -> tuple[int, int, list
 def build_dataset(spark: SparkSession, config: ShardlineConfig, files: list | None = None) -> contract.Manifest:
     files = files if files is not None else read.resolve_input_files(config.data.input)
     num_partitions = read.num_partitions_for(files, config.preprocess.num_partitions)
-    with sized_shuffles(spark, num_partitions):
+    with sized_shuffles(spark, num_partitions), described(spark.sparkContext, "preprocess"):
         return _build(spark, config, files, num_partitions)
 
 
@@ -220,11 +220,18 @@ def _build(spark: SparkSession, config: ShardlineConfig, files: list, num_partit
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 
-    def lap(stage: str) -> None:
+    def lap(stage: str, next_stage: str | None = None) -> None:
         nonlocal clock
         timings[stage] = round(time.perf_counter() - clock, 3)
         clock = time.perf_counter()
         print(f"preprocess: {stage} done in {timings[stage]:.1f} s", flush=True)
+        if next_stage is not None:
+            begin(next_stage)
+
+    def begin(stage: str) -> None:  # the stage's name for its Spark jobs (build_dataset puts the old one back)
+        spark.sparkContext.setJobDescription(f"preprocess: {stage}")
+
+    begin("read_clean")
 
     dataset_dir = config.dataset_dir
     build_id = begin_build(dataset_dir)
@@ -244,12 +251,12 @@ def _build(spark: SparkSession, config: ShardlineConfig, files: list, num_partit
     # no rejects at all, the writer pass (a Python task per read partition) is skipped.
     rejects_files = shard.write_rejects(rejected, dataset_dir, "zstd", build_id) if num_rejected else []
     rejects_by_reason = shard.rejects_by_reason(rejects_files)
-    lap("read_clean")
+    lap("read_clean", "count_input")
     # Each file's records counted again, whole and apart from the read pass: a record lost while
     # reading fails the job here, before the tokenizer runs.
     input_count.check_input_counts(input_count.count_input(spark, config.data, files), input_count.read_per_file(records),
                                    files, read.detect_format(files, config.data.format), dataset_dir)
-    lap("count_input")
+    lap("count_input", "quality" if pre.quality.active else "tokenizer")
 
     removed_files, removed_by_rule, near_marked = [], {}, None
     if pre.quality.active:
@@ -262,14 +269,14 @@ def _build(spark: SparkSession, config: ShardlineConfig, files: list, num_partit
         removed_files, removed_by_rule = shard.write_removed(removed, quality.REMOVED_BY, dataset_dir, "zstd",
                                                              build_id, pre.quality.num_removed_samples)
         quality.check_removal_caps(input_records, removed_by_rule, pre.quality.max_removed_fraction)
-        lap("quality")
+        lap("quality", "tokenizer")
 
     num_kept = input_records - num_rejected - sum(removed_by_rule.values())
     tokenizer = prepare_tokenizer(config, good.select(read.TEXT), num_kept)
     with storage.staged_local_dir(storage.join(dataset_dir, "tokenizer")) as staging:
         tokenizer.save_pretrained(staging)  # the dataset decodes on its own
     label_map = label_map_of(config, found_labels)
-    lap("tokenizer")
+    lap("tokenizer", "tokenize_write")
 
     documents = documents_by_content(good, config, label_map, num_partitions)
     # Only what the encoder and the duplicates count read crosses into Python.

@@ -7,6 +7,9 @@ In `bar` mode one line is redrawn in place, e.g.
 
 and any other output of the job first clears it. In `lines` mode the same text is printed as a
 line at most every PLAIN_INTERVAL_S seconds; `off` shows nothing.
+
+`described` names the Spark jobs of a phase in the Spark UI and the history server, where they
+would otherwise go by call sites such as `localCheckpoint at NativeMethodAccessorImpl.java:0`.
 """
 from __future__ import annotations
 
@@ -15,11 +18,26 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TextIO
 
 from pipeline.console import CLEAR_LINE, PLAIN_INTERVAL_S, bar_columns, format_duration, progress_mode
 
 POLL_S = 0.25
+JOB_DESCRIPTION = "spark.job.description"  # a local property: the calling thread's jobs only
+
+
+@contextmanager
+def described(spark_context, text: str) -> Iterator[None]:
+    """The Spark jobs this thread starts inside are described as `text`; the description they had
+    before (an outer phase's, or none) is put back after."""
+    before = spark_context.getLocalProperty(JOB_DESCRIPTION)
+    spark_context.setJobDescription(text)
+    try:
+        yield
+    finally:
+        spark_context.setLocalProperty(JOB_DESCRIPTION, before)  # None removes it
 
 
 def stage_label(name: str) -> str:

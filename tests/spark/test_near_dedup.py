@@ -6,11 +6,13 @@ import pytest
 from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
 
 from pipeline.config import NearDedupConfig
+from spark_job_names import descriptions_since, last_job_id
 from spark_jobs.clean import CONTENT_HASH
 from spark_jobs.minhash import MinHasher, jaccard
 from spark_jobs.near_dedup import (BAND, BAND_KEY, DST, KEY, REMOVED_COLUMNS, SRC, band_rows, candidate_pairs,
                                    connected_components, distinct_documents, local_checkpoint, near_duplicates,
                                    with_document_keys)
+from spark_jobs.progress import JOB_DESCRIPTION
 
 pytestmark = pytest.mark.spark
 
@@ -111,6 +113,23 @@ def test_exactly_the_planted_copies_are_removed_for_the_smallest_id(spark, plant
     result = near_duplicates(frame(spark, rows), CFG, num_partitions=3)
     assertSchemaEqual(result.schema, REMOVED_COLUMNS)
     assertDataFrameEqual(result, spark.createDataFrame(removed, REMOVED_COLUMNS))
+
+
+def test_every_spark_job_is_named_by_its_phase_and_the_callers_name_comes_back(spark, planted):
+    rows, _ = planted
+    before = last_job_id(spark)
+    spark.sparkContext.setJobDescription("the caller's phase")
+    try:
+        near_duplicates(frame(spark, rows), CFG, num_partitions=3)  # its result is a plan: no job of the caller's yet
+        assert spark.sparkContext.getLocalProperty(JOB_DESCRIPTION) == "the caller's phase"
+    finally:
+        spark.sparkContext.setLocalProperty(JOB_DESCRIPTION, None)
+    phases = list(dict.fromkeys(descriptions_since(spark, before)))  # in order, each once
+    rounds = [f"near-dedup: connected components, star test and round {k}" for k in range(1, len(phases) - 2)]
+    assert phases == ["near-dedup: MinHash signatures and candidate pairs",
+                      "near-dedup: candidates numbered in (id, content_hash) order",
+                      "near-dedup: connected components, edges between the numbered candidates", *rounds]
+    assert len(rounds) >= 2  # the chain needs a round before its edges are a star
 
 
 def test_the_result_does_not_depend_on_partitioning_or_input_order(spark, planted):

@@ -1,11 +1,15 @@
 """The Spark job's console progress, read from the shared session's status tracker while a job runs."""
+import itertools
 import re
 import threading
 import time
 
+import pytest
+
 from pipeline.console import CLEAR_LINE
+from spark_job_names import descriptions_since, last_job_id
 from spark_jobs import progress
-from spark_jobs.progress import SparkProgress
+from spark_jobs.progress import JOB_DESCRIPTION, SparkProgress, described
 
 
 def _slow_job(spark):
@@ -36,3 +40,19 @@ def test_bar_mode_redraws_one_line_and_clears_it_for_other_output(spark, capsys,
     assert "\n" not in before
     assert re.search(r"tasks done.*, \d+:\d\d" + re.escape(CLEAR_LINE) + "$", before)  # cleared, then printed
     assert CLEAR_LINE + "preprocess: Spark stage" in after  # and drawn again below the message
+
+
+def test_described_names_the_jobs_inside_and_puts_the_outer_name_back_after_a_failure(spark):
+    context = spark.sparkContext
+    before = last_job_id(spark)
+    with described(context, "outer"):
+        spark.range(3).count()
+        with pytest.raises(RuntimeError, match="a failed phase"):
+            with described(context, "inner"):
+                spark.range(4).count()
+                raise RuntimeError("a failed phase")
+        spark.range(5).count()
+    assert context.getLocalProperty(JOB_DESCRIPTION) is None
+    spark.range(6).count()
+    runs = [name for name, _ in itertools.groupby(descriptions_since(spark, before))]  # a count may be 2 jobs
+    assert runs == ["outer", "inner", "outer", None]

@@ -10,6 +10,7 @@ import pytest
 from pipeline import contract, storage
 from pipeline.config import build_config
 from pipeline.demo import write_jsonl
+from spark_job_names import descriptions_since, last_job_id
 from spark_jobs.preprocess import build_dataset
 from spark_jobs.quality import NEAR_DUPLICATE, RemovalCapError
 
@@ -58,7 +59,9 @@ def built(spark, tmp_path_factory, docstring_records):
     records, original, near_copy = _corpus(docstring_records)
     corpus = write_jsonl(records, root / "corpus.jsonl")
     config = _config(root, corpus)
-    return config, build_dataset(spark, config), records, original, near_copy
+    before = last_job_id(spark)
+    manifest = build_dataset(spark, config)
+    return config, manifest, records, original, near_copy, descriptions_since(spark, before)
 
 
 def _removed_rows(dataset_dir: str, manifest) -> list[dict]:
@@ -69,7 +72,7 @@ def _removed_rows(dataset_dir: str, manifest) -> list[dict]:
 
 
 def test_every_input_record_is_a_document_a_reject_a_duplicate_or_removed_by_one_rule(built):
-    config, manifest, records, _, _ = built
+    config, manifest, records, _, _, _ = built
     documents = sum(s.documents for s in manifest.splits.values())
     assert manifest.input_records == len(records)
     assert manifest.input_records == (documents + manifest.rejected_records + manifest.duplicates_removed
@@ -89,7 +92,7 @@ def test_every_input_record_is_a_document_a_reject_a_duplicate_or_removed_by_one
 
 
 def test_each_planted_document_is_removed_by_its_rule_with_what_explains_it(built):
-    config, manifest, _, original, near_copy = built
+    config, manifest, _, original, near_copy, _ = built
     rows = {row["text"]: row for row in _removed_rows(config.dataset_dir, manifest)}
     assert rows[LOREM]["removed_by"] == "c4.lorem_ipsum"
     assert rows[GERMAN]["removed_by"] == "language.other" and rows[GERMAN]["language"] == "de"
@@ -101,6 +104,19 @@ def test_each_planted_document_is_removed_by_its_rule_with_what_explains_it(buil
     assert all(row["source"].endswith("corpus.jsonl") and row["offset"] is not None for row in rows.values())
 
 
+def test_the_spark_ui_names_each_stage_of_the_job_and_near_dedup_names_its_phases(built):
+    phases = list(dict.fromkeys(built[-1]))  # in the order they started, each once
+    near_dedup = phases[2:-3]
+    assert phases[:2] + phases[-3:] == ["preprocess: read_clean", "preprocess: count_input", "preprocess: quality",
+                                        "preprocess: tokenizer", "preprocess: tokenize_write"]
+    assert near_dedup[:3] == ["near-dedup: MinHash signatures and candidate pairs",
+                              "near-dedup: candidates numbered in (id, content_hash) order",
+                              "near-dedup: connected components, edges between the numbered candidates"]
+    assert near_dedup[3:] == [f"near-dedup: connected components, star test and round {k}"
+                              for k in range(1, len(near_dedup) - 2)]
+    assert len(near_dedup) > 3
+
+
 def contract_id(text: str) -> str:
     """A document's id without data.id_column: its content hash's first 32 hex digits (clean.with_ids)."""
     return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -109,7 +125,7 @@ def contract_id(text: str) -> str:
 def test_rows_carry_the_detected_language_and_the_tokenizer_never_saw_removed_text(built):
     from pipeline.tokenizer import load_tokenizer
 
-    config, manifest, _, _, _ = built
+    config, manifest, _, _, _, _ = built
     table = pa.concat_tables(pq.read_table(uri) for name in contract.SPLITS
                              for uri in manifest.split_files(config.dataset_dir, name))
     assert set(table.column(contract.LANGUAGE).to_pylist()) == {"en"}
@@ -122,7 +138,7 @@ def test_rows_carry_the_detected_language_and_the_tokenizer_never_saw_removed_te
 def test_inspect_shows_what_a_rule_removed_and_names_the_rules_there_are(built, capsys):
     from pipeline.cli import main
 
-    config, manifest, _, _, _ = built
+    config, manifest, _, _, _, _ = built
     assert main(["inspect", config.run_dir, "--removed", "c4.lorem_ipsum", "--rows", "5"]) == 0
     shown = capsys.readouterr().out
     assert "c4.lorem_ipsum: 2 record(s) removed" in shown and shown.count(PLANTED_WORD) == 80
