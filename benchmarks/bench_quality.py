@@ -28,7 +28,8 @@ Corpora (offline, from Debian packages, see corpora.py):
   without, the cost if nothing were removed. Filter thresholds are set so that every rule is computed
   and none removes (the most work: no early exit).
 - scaling: the near-dedup stage's seconds (manifest stage_seconds "quality", only near_dedup on) on
-  local[1] and local[2], GCIDE x --copies.
+  local[1] and local[2], GCIDE x --copies, and its phases' (the Spark job descriptions the job sets,
+  from the driver's status store): which of them scale and which are a fixed cost.
 Prints figures and ratios from this one run; asserts nothing.
 """
 from __future__ import annotations
@@ -184,7 +185,29 @@ def session(master: str):
     return spark
 
 
-def build(master: str, corpus: Path, run_dir: Path, quality: dict | None, collapse: bool = False):
+def phase_seconds(spark) -> dict[str, float]:
+    """Wall seconds of each job description, from its first job's submission to its last job's end,
+    in the order they began; the rounds of connected components as one. Read from the driver's
+    status store (a private[spark] API that Spark 3.5 and 4.x both have), once its listener bus has
+    delivered every event."""
+    context = spark.sparkContext._jsc.sc()
+    context.listenerBus().waitUntilEmpty()
+    jobs = context.statusStore().jobsList(None)
+    spans: dict[str, list[int]] = {}
+    for job in (jobs.apply(i) for i in range(jobs.size())):
+        if not (job.description().isDefined() and job.completionTime().isDefined()):
+            continue
+        name = re.sub(r"star test and round \d+$", "star tests and rounds", job.description().get())
+        start, end = job.submissionTime().get().getTime(), job.completionTime().get().getTime()
+        span = spans.setdefault(name, [start, end])
+        span[0], span[1] = min(span[0], start), max(span[1], end)
+    return {name: (end - start) / 1000 for name, (start, end) in sorted(spans.items(), key=lambda item: item[1])}
+
+
+def build(master: str, corpus: Path, run_dir: Path, quality: dict | None, collapse: bool = False,
+          phases: dict | None = None):
+    """(seconds, manifest, config) of one build on a fresh session; phases, when given, gets
+    phase_seconds of the build."""
     from pipeline.config import build_config
     from spark_jobs.preprocess import build_dataset
 
@@ -198,7 +221,10 @@ def build(master: str, corpus: Path, run_dir: Path, quality: dict | None, collap
     try:
         started = time.perf_counter()
         manifest = build_dataset(spark, config)
-        return time.perf_counter() - started, manifest, config
+        seconds = time.perf_counter() - started
+        if phases is not None:
+            phases.update(phase_seconds(spark))
+        return seconds, manifest, config
     finally:
         spark.stop()
 
@@ -335,10 +361,12 @@ def busy_cores() -> tuple[int, int]:
 def bench_scaling(workdir: Path, copies: int) -> None:
     corpus = gcide_corpus(workdir, copies)
     quality = {"near_dedup": {}, "max_removed_fraction": 1.0, "num_removed_samples": 10}
-    stage = {}
+    stage, phases = {}, {}
     for master in ("local[1]", "local[2]"):
         busy_before, total_before = busy_cores()
-        seconds, manifest, _ = build(master, corpus, workdir / f"scale-{master[6]}", quality, collapse=True)
+        phases[master] = {}
+        seconds, manifest, _ = build(master, corpus, workdir / f"scale-{master[6]}", quality, collapse=True,
+                                     phases=phases[master])
         busy, total = busy_cores()
         busy, total = busy - busy_before, total - total_before
         stage[master] = manifest.stage_seconds["quality"]
@@ -348,6 +376,9 @@ def bench_scaling(workdir: Path, copies: int) -> None:
               f"{os.cpu_count() * busy / max(total, 1):.2f} of {os.cpu_count()} cores busy over the job (whole machine), "
               f"removed {manifest.removed_by_rule}")
     print(f"  near-dedup stage local[1] -> local[2]: {stage['local[1]'] / stage['local[2]']:.2f}x")
+    for name in [n for n in phases["local[2]"] if n.startswith("near-dedup") or n == "preprocess: quality"]:
+        one, two = phases["local[1]"].get(name, 0.0), phases["local[2]"][name]
+        print(f"  {name}: {one:.1f} s -> {two:.1f} s ({one / max(two, 1e-9):.2f}x)")
 
 
 def main(argv: list[str] | None = None) -> int:
