@@ -20,3 +20,12 @@ def descriptions_since(spark, after_job: int) -> list[str | None]:
     a job that has none."""
     jobs = sorted((job for job in _jobs(spark) if job.jobId() > after_job), key=lambda job: job.jobId())
     return [job.description().get() if job.description().isDefined() else None for job in jobs]
+
+
+def near_dedup_phases(rounds: int) -> list[str]:
+    """The names of near_dedup.near_duplicates's phases, in order, for a graph that took `rounds`
+    star tests."""
+    return ["near-dedup: MinHash signatures and candidate pairs",
+            "near-dedup: candidates numbered in (id, content_hash) order",
+            "near-dedup: connected components, edges between the numbered candidates",
+            *(f"near-dedup: connected components, star test and round {k}" for k in range(1, rounds + 1))]
