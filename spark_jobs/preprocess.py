@@ -34,7 +34,7 @@ from pipeline.tokenizer import backend_json, load_tokenizer, train_tokenizer
 from spark_jobs import clean, encode, input_count, quality, read, shard, split
 from spark_jobs.manifest import begin_build, publish, remove_unlisted, versions
 from spark_jobs.manifest import split_stats as split_stats_of
-from spark_jobs.progress import SparkProgress, described
+from spark_jobs.progress import SparkProgress, described, name_jobs
 
 PERSIST = StorageLevel.DISK_ONLY  # the read records, which the job reuses: see build_dataset
 
@@ -229,7 +229,7 @@ def _build(spark: SparkSession, config: ShardlineConfig, files: list, num_partit
             begin(next_stage)
 
     def begin(stage: str) -> None:  # the stage's name for its Spark jobs (build_dataset puts the old one back)
-        spark.sparkContext.setJobDescription(f"preprocess: {stage}")
+        name_jobs(spark.sparkContext, f"preprocess: {stage}")
 
     begin("read_clean")
 

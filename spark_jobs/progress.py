@@ -3,9 +3,11 @@
 
 In `bar` mode one line is redrawn in place, e.g.
 
-    preprocess: Spark stage 14 (mapInArrow at encode.py:152): 5/8 tasks done, 2 running, 0:41
+    near-dedup: MinHash signatures and candidate pairs: Spark stage 8: 2/12 tasks done, 3 running, 0:13
 
-and any other output of the job first clears it. In `lines` mode the same text is printed as a
+(the phase `described` or `name_jobs` named last; without one, the stage's call site:
+`preprocess: Spark stage 14 (mapInArrow at encode.py:152): 5/8 tasks done, 2 running, 0:41`), and
+any other output of the job first clears it. In `lines` mode the same text is printed as a
 line at most every PLAIN_INTERVAL_S seconds; `off` shows nothing.
 
 `described` names the Spark jobs of a phase in the Spark UI and the history server, where they
@@ -26,6 +28,17 @@ from pipeline.console import CLEAR_LINE, PLAIN_INTERVAL_S, bar_columns, format_d
 
 POLL_S = 0.25
 JOB_DESCRIPTION = "spark.job.description"  # a local property: the calling thread's jobs only
+# The description named last, for the console line: the thread that polls the status tracker cannot
+# read the job thread's local properties. A driver runs one build at a time.
+_named_phase: str | None = None
+
+
+def name_jobs(spark_context, text: str | None) -> None:
+    """The Spark jobs this thread starts from now are described as `text` (None: not described), in
+    the Spark UI and on the console line."""
+    global _named_phase
+    spark_context.setLocalProperty(JOB_DESCRIPTION, text)  # None removes it
+    _named_phase = text
 
 
 @contextmanager
@@ -33,11 +46,11 @@ def described(spark_context, text: str) -> Iterator[None]:
     """The Spark jobs this thread starts inside are described as `text`; the description they had
     before (an outer phase's, or none) is put back after."""
     before = spark_context.getLocalProperty(JOB_DESCRIPTION)
-    spark_context.setJobDescription(text)
+    name_jobs(spark_context, text)
     try:
         yield
     finally:
-        spark_context.setLocalProperty(JOB_DESCRIPTION, before)  # None removes it
+        name_jobs(spark_context, before)
 
 
 def stage_label(name: str) -> str:
@@ -45,8 +58,9 @@ def stage_label(name: str) -> str:
     return re.sub(r"(?<= at )\S*/", "", name)
 
 
-def status_text(tracker, started: float, prefix: str = "preprocess") -> str | None:
-    """One line about the active stages, or None when none runs."""
+def status_text(tracker, started: float, prefix: str = "preprocess", phase: str | None = None) -> str | None:
+    """One line about the active stages, or None when none runs: under the phase's name when one is
+    given, else under prefix with each stage's call site."""
     stages = [info for info in (tracker.getStageInfo(i) for i in sorted(tracker.getActiveStageIds())) if info]
     if not stages:
         return None
@@ -54,9 +68,10 @@ def status_text(tracker, started: float, prefix: str = "preprocess") -> str | No
     for info in stages:
         running = f", {info.numActiveTasks} running" if info.numActiveTasks else ""
         failed = f", {info.numFailedTasks} failed" if info.numFailedTasks else ""
-        parts.append(f"Spark stage {info.stageId} ({stage_label(info.name)}): "
+        site = "" if phase else f" ({stage_label(info.name)})"
+        parts.append(f"Spark stage {info.stageId}{site}: "
                      f"{info.numCompletedTasks}/{info.numTasks} tasks done{running}{failed}")
-    return f"{prefix}: {'; '.join(parts)}, {format_duration(time.perf_counter() - started)}"
+    return f"{phase or prefix}: {'; '.join(parts)}, {format_duration(time.perf_counter() - started)}"
 
 
 class _ClearingStdout(io.TextIOBase):
@@ -120,7 +135,7 @@ class SparkProgress:
         last_line = 0.0
         while not self._stop.wait(POLL_S):
             try:
-                text = status_text(self.tracker, self._started, self.prefix)
+                text = status_text(self.tracker, self._started, self.prefix, _named_phase)
             except Exception:  # the context is stopping under us (py4j gone): nothing more to show
                 return
             with self.lock:

@@ -66,8 +66,9 @@ def demo_run(tmp_path_factory):
 
 def test_a_terminal_shows_spark_task_progress_and_tqdm_bars(demo_run):
     run_dir, _, output = demo_run
-    # Spark's stages, redrawn in place while preprocessing runs (several states of one line).
-    redraws = re.findall(r"\r\x1b\[Kpreprocess: Spark stage \d+ \([^)]*\): (\d+)/(\d+) tasks done", output)
+    # Spark's stages under the job's phase, redrawn in place while preprocessing runs (several states of
+    # one line).
+    redraws = re.findall(r"\r\x1b\[Kpreprocess: [a-z_]+: Spark stage \d+: (\d+)/(\d+) tasks done", output)
     assert len(redraws) >= 5 and any(int(done) < int(total) for done, total in redraws)
     lines = screen_lines(output)
     # tqdm: steps, rate, time left, loss and samples/s; then the evaluation's bar.

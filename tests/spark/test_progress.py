@@ -26,6 +26,22 @@ def test_lines_mode_prints_the_running_stage_and_its_tasks(spark, monkeypatch, c
     assert lines and all(pattern.match(line) for line in lines), lines
 
 
+def test_lines_name_the_phase_described_last_and_the_call_site_again_once_it_ends(spark, monkeypatch, capsys):
+    monkeypatch.setattr(progress, "PLAIN_INTERVAL_S", 0.0)
+    with SparkProgress(spark.sparkContext, mode="lines"):
+        with described(spark.sparkContext, "near-dedup: a phase"):
+            progress.name_jobs(spark.sparkContext, "near-dedup: its second step")
+            assert _slow_job(spark) == [0, 1, 2, 3]
+        time.sleep(2 * progress.POLL_S)  # no stage runs: nothing is printed
+        assert _slow_job(spark) == [0, 1, 2, 3]
+    lines = capsys.readouterr().out.splitlines()
+    named = re.compile(r"near-dedup: its second step: Spark stage \d+: [0-4]/4 tasks done(, \d running)?, \d+:\d\d$")
+    by_site = re.compile(r"preprocess: Spark stage \d+ \(collect at test_progress\.py:\d+\): ")
+    kinds = [name for name, _ in itertools.groupby("named" if named.match(line) else
+                                                   "by site" if by_site.match(line) else line for line in lines)]
+    assert kinds == ["named", "by site"]
+
+
 def test_bar_mode_redraws_one_line_and_clears_it_for_other_output(spark, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # the line is cut to the terminal's width: this one fits whole
     with SparkProgress(spark.sparkContext, mode="bar"):
