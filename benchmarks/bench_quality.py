@@ -28,8 +28,9 @@ Corpora (offline, from Debian packages, see corpora.py):
   without, the cost if nothing were removed. Filter thresholds are set so that every rule is computed
   and none removes (the most work: no early exit).
 - scaling: the near-dedup stage's seconds (manifest stage_seconds "quality", only near_dedup on) on
-  local[1] and local[2], GCIDE x --copies, and its phases' (the Spark job descriptions the job sets,
-  from the driver's status store): which of them scale and which are a fixed cost.
+  local[1], local[2] and local[1] with the whole process tree pinned to one core (local[1] alone keeps
+  more than one core busy), GCIDE x --copies, and its phases' (the Spark job descriptions the job
+  sets, from the driver's status store): which of them scale and which are a fixed cost.
 Prints figures and ratios from this one run; asserts nothing.
 """
 from __future__ import annotations
@@ -49,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import corpora  # noqa: E402
+from bench_preprocess import pin_tree  # noqa: E402
 
 LANGUAGES = {"manpages": "en", "manpages-dev": "en", "manpages-de": "de", "manpages-fr": "fr", "manpages-es": "es",
              "manpages-it": "it", "manpages-pl": "pl", "manpages-pt-br": "pt", "manpages-ru": "ru",
@@ -362,23 +364,33 @@ def bench_scaling(workdir: Path, copies: int) -> None:
     corpus = gcide_corpus(workdir, copies)
     quality = {"near_dedup": {}, "max_removed_fraction": 1.0, "num_removed_samples": 10}
     stage, phases = {}, {}
-    for master in ("local[1]", "local[2]"):
+    all_cpus = os.sched_getaffinity(0)
+    # local[1] is one task at a time, not one core: the JVM reads and shuffles while a Python worker
+    # hashes, so the machine's cores busy say how much room local[2] has left. Pinned to one core,
+    # local[1] is what a task slot costs on a cluster: the per-core scaling figure (as bench_preprocess's P5).
+    for label, master, cpus in (("local[1]", "local[1]", all_cpus), ("local[2]", "local[2]", all_cpus),
+                                ("local[1] on 1 core", "local[1]", {min(all_cpus)})):
         busy_before, total_before = busy_cores()
-        phases[master] = {}
-        seconds, manifest, _ = build(master, corpus, workdir / f"scale-{master[6]}", quality, collapse=True,
-                                     phases=phases[master])
+        phases[label] = {}
+        pin_tree(cpus)
+        try:
+            seconds, manifest, _ = build(master, corpus, workdir / f"scale-{master[6]}", quality, collapse=True,
+                                         phases=phases[label])
+        finally:
+            pin_tree(all_cpus)
         busy, total = busy_cores()
         busy, total = busy - busy_before, total - total_before
-        stage[master] = manifest.stage_seconds["quality"]
-        # local[1] is one task at a time, not one core: the JVM reads and shuffles while a Python
-        # worker hashes, so the machine's cores busy say how much room local[2] has left.
-        print(f"scaling: {master}: job {seconds:.1f} s, near-dedup stage {stage[master]:.1f} s, "
+        stage[label] = manifest.stage_seconds["quality"]
+        print(f"scaling: {label}: job {seconds:.1f} s, near-dedup stage {stage[label]:.1f} s, "
               f"{os.cpu_count() * busy / max(total, 1):.2f} of {os.cpu_count()} cores busy over the job (whole machine), "
               f"removed {manifest.removed_by_rule}")
-    print(f"  near-dedup stage local[1] -> local[2]: {stage['local[1]'] / stage['local[2]']:.2f}x")
+    for one in ("local[1]", "local[1] on 1 core"):
+        print(f"  near-dedup stage {one} -> local[2]: {stage[one] / stage['local[2]']:.2f}x")
     for name in [n for n in phases["local[2]"] if n.startswith("near-dedup") or n == "preprocess: quality"]:
-        one, two = phases["local[1]"].get(name, 0.0), phases["local[2]"][name]
-        print(f"  {name}: {one:.1f} s -> {two:.1f} s ({one / max(two, 1e-9):.2f}x)")
+        two = phases["local[2]"][name]
+        print(f"  {name}: " + ", ".join(
+            f"{one} {phases[one].get(name, 0.0):.1f} s ({phases[one].get(name, 0.0) / max(two, 1e-9):.2f}x)"
+            for one in ("local[1]", "local[1] on 1 core")) + f", local[2] {two:.1f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
