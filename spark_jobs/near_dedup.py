@@ -18,8 +18,8 @@ Pure DataFrame -> DataFrame transforms; `near_duplicates` is the entry. The step
    two documents' shingle sets reaches it. A member is checked against its bucket's smallest key
    only, so a member similar to another member but not to that one loses this bucket's link (it
    is usually linked through another band);
-5. the documents that have an edge (their smallest id among exact copies found by a shuffle of
-   ids and hashes only) are numbered in (id, content_hash) order (a sort, then
+5. the documents that have an edge (their smallest id among exact copies, found by joining every
+   document's id and hash to the edges' ends and grouping only what joined) are numbered in (id, content_hash) order (a sort, then
    monotonically_increasing_id, which grows with the sort), so the smallest number of a component
    is the document kept; connected components by alternating large-star and small-star (Kiveris et
    al. 2014, "Connected Components in MapReduce and Beyond"), which converges in O(log^2 n) rounds
@@ -102,7 +102,7 @@ def near_duplicates(docs: DataFrame, cfg: NearDedupConfig, num_partitions: int) 
     with described(spark_context, "near-dedup: MinHash signatures and candidate pairs"):
         pairs = local_checkpoint(pairs)
     with described(spark_context, "near-dedup: candidates numbered in (id, content_hash) order"):
-        nodes, edges = numbered_edges(pairs, distinct_documents(docs))
+        nodes, edges = numbered_edges(pairs, docs)
     stars = connected_components(edges)
     removed = (
         stars.join(nodes.select(F.col(_NODE).alias(SRC), CONTENT_HASH), SRC)
@@ -120,10 +120,15 @@ def with_document_keys(docs: DataFrame) -> DataFrame:
                               for half, name in enumerate(KEY)))
 
 
-def distinct_documents(docs: DataFrame) -> DataFrame:
-    """(content_hash, id, key_hi, key_lo), one row per content hash: its smallest id and its
-    document key. One shuffle, of hashes and ids (not texts)."""
-    return with_document_keys(docs.groupBy(CONTENT_HASH).agg(F.min(ID).alias(ID)))
+def candidate_documents(docs: DataFrame, ends: DataFrame) -> DataFrame:
+    """(key_hi, key_lo, id, content_hash), one row per document of docs (content_hash, id; exact
+    copies allowed) whose key is among ends (key_hi, key_lo): its smallest id. Joined before it is
+    grouped, so only candidates are grouped, with no shuffle of their own after a shuffled join on
+    the same key; every document's hash and id (never its text) is shuffled once, or not at all when
+    the ends are few enough to broadcast."""
+    keyed = with_document_keys(docs.select(CONTENT_HASH, ID))
+    return (keyed.join(ends, list(KEY), "left_semi")
+            .groupBy(*KEY).agg(F.min(ID).alias(ID), F.min(CONTENT_HASH).alias(CONTENT_HASH)))
 
 
 def band_rows(docs: DataFrame, cfg: NearDedupConfig) -> DataFrame:
@@ -176,16 +181,20 @@ def verified_pairs(pairs: DataFrame, docs: DataFrame, cfg: NearDedupConfig) -> D
 
 def numbered_edges(pairs: DataFrame, docs: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(nodes: content_hash, id, _node, keys; edges: _src, _dst): every document of a pair numbered
-    in (id, content_hash) order (docs: distinct_documents, for the ids and hashes of the keys), and
+    in (id, content_hash) order (docs: content_hash and id, for the ids and hashes of the keys), and
     the pairs as numbers, the larger first. The numbers are pinned by a local checkpoint:
     monotonically_increasing_id must not be recomputed on another layout."""
-    ends = pairs.select(*KEY).union(pairs.select(*(F.col(r).alias(k) for k, r in zip(KEY, ROOT)))).distinct()
-    named = ends.join(docs.select(*KEY, ID, CONTENT_HASH), list(KEY))
+    named = candidate_documents(docs, pair_ends(pairs))
     nodes = local_checkpoint(named.orderBy(ID, CONTENT_HASH).withColumn(_NODE, F.monotonically_increasing_id()))
     edges = (pairs.join(nodes.select(*KEY, F.col(_NODE).alias("_a")), list(KEY))
              .join(nodes.select(*(F.col(k).alias(r) for k, r in zip(KEY, ROOT)), F.col(_NODE).alias("_b")), list(ROOT))
              .select(F.greatest("_a", "_b").alias(SRC), F.least("_a", "_b").alias(DST)))
     return nodes, edges
+
+
+def pair_ends(pairs: DataFrame) -> DataFrame:
+    """(key_hi, key_lo) of every document in a pair, once."""
+    return pairs.select(*KEY).union(pairs.select(*(F.col(r).alias(k) for k, r in zip(KEY, ROOT)))).distinct()
 
 
 def local_checkpoint(frame: DataFrame) -> DataFrame:

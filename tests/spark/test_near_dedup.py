@@ -10,8 +10,8 @@ from spark_job_names import descriptions_since, last_job_id, near_dedup_phases
 from spark_jobs.clean import CONTENT_HASH
 from spark_jobs.minhash import MinHasher, jaccard
 from spark_jobs.near_dedup import (BAND, BAND_KEY, DST, KEY, REMOVED_COLUMNS, SRC, band_rows, candidate_pairs,
-                                   connected_components, distinct_documents, local_checkpoint, near_duplicates,
-                                   with_document_keys)
+                                   candidate_documents, connected_components, local_checkpoint, near_duplicates,
+                                   pair_ends, with_document_keys)
 from spark_jobs.progress import JOB_DESCRIPTION
 
 pytestmark = pytest.mark.spark
@@ -152,10 +152,16 @@ def test_min_jaccard_drops_candidate_pairs_below_it(spark, long_texts):
     assertDataFrameEqual(result, spark.createDataFrame([(sha(close), sha(long_texts[0]), "doc-0")], REMOVED_COLUMNS))
 
 
+def key_of(text: str) -> tuple[int, int]:
+    return int(sha(text)[:15], 16), int(sha(text)[15:30], 16)
+
+
 def test_a_document_key_is_its_content_hash_first_120_bits_and_exact_copies_are_one_document(spark, long_texts):
-    rows = [("doc-2", long_texts[0]), ("doc-1", long_texts[0]), ("doc-3", long_texts[1])]
-    found = distinct_documents(frame(spark, rows)).select("id", *KEY).collect()
-    expected = {(doc_id, int(sha(text)[:15], 16), int(sha(text)[15:30], 16)) for doc_id, text in rows[1:]}
+    rows = [("doc-2", long_texts[0]), ("doc-1", long_texts[0]), ("doc-3", long_texts[1]), ("doc-0", long_texts[2])]
+    ends = spark.createDataFrame([key_of(text) for text in long_texts[:2]], ", ".join(f"{k} long" for k in KEY))
+    found = candidate_documents(frame(spark, rows), ends).select("id", *KEY, CONTENT_HASH).collect()
+    # Only the ends' documents (not doc-0), each once, under the smallest id of its copies.
+    expected = {(doc_id, *key_of(text), sha(text)) for doc_id, text in rows[1:3]}
     assert {tuple(row) for row in found} == expected
 
 
@@ -188,8 +194,8 @@ def test_the_texts_are_hashed_where_they_are_and_never_shuffled(spark, planted):
     docs = spark.createDataFrame(data, "content_hash string, id string, text string")  # 3 partitions, no shuffle
     pairs = candidate_pairs(band_rows(with_document_keys(docs), CFG), num_partitions=3)
     assert {f"{BAND} int", f"{BAND_KEY} bigint"} <= shuffled_columns(pairs) and not moves_text(pairs)
-    numbered = distinct_documents(docs)
-    assert f"{CONTENT_HASH} string" in shuffled_columns(numbered) and not moves_text(numbered)
+    named = candidate_documents(docs, pair_ends(pairs))
+    assert f"{CONTENT_HASH} string" in shuffled_columns(named) and not moves_text(named)
     assert moves_text(docs.repartition(2))  # what the check sees when texts move
 
 
