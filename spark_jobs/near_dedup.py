@@ -19,10 +19,11 @@ Pure DataFrame -> DataFrame transforms; `near_duplicates` is the entry. The step
    only, so a member similar to another member but not to that one loses this bucket's link (it
    is usually linked through another band);
 5. the documents that have an edge (their smallest id among exact copies, found by joining every
-   document's id and hash to the edges' ends and grouping only what joined) are numbered in (id, content_hash) order (a sort, then
-   monotonically_increasing_id, which grows with the sort), so the smallest number of a component
-   is the document kept; connected components by alternating large-star and small-star (Kiveris et
-   al. 2014, "Connected Components in MapReduce and Beyond"), which converges in O(log^2 n) rounds
+   document's id and hash to the edges' ends and grouping only what joined) are numbered in
+   (id, content_hash) order (a sort, then monotonically_increasing_id, which grows with the sort),
+   so the smallest number of a component is the document kept; connected components by
+   alternating large-star and small-star (Kiveris et al. 2014, "Connected Components in MapReduce
+   and Beyond"), which converges in O(log^2 n) rounds
    (in practice a few: 4 for a random graph of 400 nodes holding a 61-node path); the loop stops
    at ceil(log2(2 * edges + 2))^2 rounds with an error. A round is three shuffles of edges (two
    longs each), local-checkpointed so lineage stays one round long, then one small action checks
