@@ -12,10 +12,11 @@ Corpora (offline, from Debian packages, see corpora.py):
   three kinds: one word changed, a sentence added, the last paragraph (the footer) replaced, and
   planted exact copies; the whole Spark job (build_dataset, dedup + near_dedup with the default
   14 x 8 bands) on local[2], twice: candidates as LSH finds them (the default), then each candidate
-  pair verified by its true Jaccard at the bands' threshold (min_jaccard 0.72). Recall: planted pairs of which one document was removed as a near
-  duplicate. Distinct documents removed: pages of the original corpus removed as near duplicates
-  of another original page, split by their true Jaccard (word 5-grams) with the page kept: >= 0.72
-  (they are near duplicates in the corpus itself) or below (false positives).
+  pair verified by its true Jaccard at the bands' threshold (min_jaccard 0.72). Recall: planted
+  pairs of which one document was removed as a near duplicate. Distinct documents removed: pages
+  of the original corpus removed as near duplicates of another original page, split by their best
+  true Jaccard (word 5-grams) with any other page: >= 0.72 (near duplicates in the corpus itself)
+  or below (false positives).
 - filters: microseconds a document of each heuristic filter (the words given, as the filters
   share them), of the words themselves, of the four filters in order and of language
   identification, in this process on one core, best of 3 passes, permissive thresholds (below):
