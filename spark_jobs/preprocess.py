@@ -119,17 +119,18 @@ def clean_records(records: DataFrame, config: ShardlineConfig) -> DataFrame:
 
 def documents_by_content(good: DataFrame, config: ShardlineConfig, label_map: dict[str, int],
                          num_partitions: int) -> DataFrame:
-    """Documents (id, split, text, label, ...) hashed by content hash into num_partitions and sorted
-    by (split, id, text, raw label) within them; with de-duplication one per content hash, carrying clean.COPIES
-    (summed by the shard writers). De-duplication (a group-by on the same key) needs no second
-    shuffle, and which partition a document lands in depends on its text alone, never on the
-    cluster, so the same corpus gives the same shards everywhere."""
+    """Documents (id, split, text, label, ...) of good (records with content_hash and id:
+    clean.with_ids) hashed by content hash into num_partitions and sorted by (split, id, text, raw
+    label) within them; with de-duplication one per content hash, carrying clean.COPIES (summed by
+    the shard writers). De-duplication (a group-by on the same key) needs no second shuffle, nor
+    does the hashing when good is a computed cache hashed so already (quality.mark_near_duplicates);
+    which partition a document lands in depends on its text alone, never on the cluster, so the same
+    corpus gives the same shards everywhere."""
     pre = config.preprocess
-    docs = good.transform(lambda d: clean.with_ids(d, config.data.id_column is not None))
     # Only what the documents need from here travels through the shuffle and the de-duplication's
     # struct: not the source URI, offset and reject columns every record carries for rejects/.
-    language = [c for c in (quality.LANGUAGE, quality.LANGUAGE_SCORE) if c in docs.columns]
-    docs = docs.select(clean.CONTENT_HASH, contract.ID_COLUMN, read.TEXT, read.LABEL_RAW, *language)
+    language = [c for c in (quality.LANGUAGE, quality.LANGUAGE_SCORE) if c in good.columns]
+    docs = good.select(clean.CONTENT_HASH, contract.ID_COLUMN, read.TEXT, read.LABEL_RAW, *language)
     docs = docs.repartition(num_partitions, clean.CONTENT_HASH)
     if pre.dedup:
         docs = docs.transform(clean.drop_duplicates)
@@ -244,6 +245,7 @@ def _build(spark: SparkSession, config: ShardlineConfig, files: list, num_partit
         records = quality.mark_removals(records, pre.quality)
     records = records.persist(PERSIST)
     good, rejected = read.split_rejects(records)
+    good = good.transform(lambda d: clean.with_ids(d, config.data.id_column is not None))
     wants_labels = pre.task == "classification" and config.data.labels is None
     input_records, num_rejected, found_labels = count_records(records, wants_labels)
     # Each term of the manifest's identity is counted where it happens, so a lost row shows:
@@ -262,10 +264,8 @@ def _build(spark: SparkSession, config: ShardlineConfig, files: list, num_partit
     if pre.quality.active:
         if pre.quality.near_dedup is not None:
             # Read by the removal writer, the tokenizer's sample and the documents: joined once.
-            near_marked = quality.mark_near_duplicates(good, pre.quality, config.data.id_column is not None,
-                                                       num_partitions).persist(PERSIST)
-            good = near_marked
-        good, removed = quality.split_removed(good)
+            near_marked = quality.mark_near_duplicates(good, pre.quality, num_partitions).persist(PERSIST)
+        good, removed = quality.split_removed(good, near_marked)
         removed_files, removed_by_rule = shard.write_removed(removed, quality.REMOVED_BY, dataset_dir, "zstd",
                                                              build_id, pre.quality.num_removed_samples)
         quality.check_removal_caps(input_records, removed_by_rule, pre.quality.max_removed_fraction)

@@ -66,31 +66,40 @@ def mark_removals(records: DataFrame, quality: QualityConfig) -> DataFrame:
     return records.mapInArrow(mark, out_schema)
 
 
-def mark_near_duplicates(good: DataFrame, quality: QualityConfig, id_from_input: bool, num_partitions: int) -> DataFrame:
-    """removed_by = near_dedup.near_duplicate (and duplicate_of = the kept document's id) on every
-    copy of a document that near_dedup.near_duplicates removes; the other records as they were.
-    Near-duplicate search looks only at the records no rule removed, and only they are joined back:
-    the others would all hash to one partition on a null key."""
-    kept = good.filter(F.col(REMOVED_BY).isNull()).transform(lambda d: clean.with_ids(d, id_from_input))
+def mark_near_duplicates(good: DataFrame, quality: QualityConfig, num_partitions: int) -> DataFrame:
+    """The records no rule removed (good: with content_hash and id, clean.with_ids), with removed_by
+    = near_dedup.near_duplicate and duplicate_of = the kept document's id on every copy of a
+    document that near_dedup.near_duplicates removes, null on the others. Hashed by content_hash
+    into num_partitions to be joined, as preprocess.documents_by_content hashes the documents: once
+    this frame is persisted and computed, that repartition finds it done, so the texts cross the
+    network once, not twice. Records a rule removed are left out (on a null key they would all
+    hash to one partition): split_removed takes them from good."""
+    kept = good.filter(F.col(REMOVED_BY).isNull())
     documents = kept.select(clean.CONTENT_HASH, contract.ID_COLUMN, TEXT)
     removed = near_dedup.near_duplicates(documents, quality.near_dedup, num_partitions)
     removed = removed.select(clean.CONTENT_HASH, F.col(near_dedup.KEPT_ID).alias(DUPLICATE_OF))
-    marked = (kept.join(removed, clean.CONTENT_HASH, "left")
-              .withColumn(REMOVED_BY, F.when(F.col(DUPLICATE_OF).isNotNull(), F.lit(NEAR_DUPLICATE)))
-              .drop(clean.CONTENT_HASH, contract.ID_COLUMN))
-    already = good.filter(F.col(REMOVED_BY).isNotNull()).withColumn(DUPLICATE_OF, F.lit(None).cast("string"))
-    return marked.unionByName(already)
+    return (kept.repartition(num_partitions, clean.CONTENT_HASH)
+            .join(removed.repartition(num_partitions, clean.CONTENT_HASH), clean.CONTENT_HASH, "left")
+            .withColumn(REMOVED_BY, F.when(F.col(DUPLICATE_OF).isNotNull(), F.lit(NEAR_DUPLICATE))))
 
 
-def split_removed(good: DataFrame) -> tuple[DataFrame, DataFrame]:
+def split_removed(good: DataFrame, near_marked: DataFrame | None = None) -> tuple[DataFrame, DataFrame]:
     """(the kept documents without the quality columns that are not dataset columns, the removed
-    records in removed/ layout)."""
-    kept = good.filter(F.col(REMOVED_BY).isNull()).drop(REMOVED_BY, DUPLICATE_OF)
-    removed = good.filter(F.col(REMOVED_BY).isNotNull())
+    records in removed/ layout). With near-dedup, near_marked (mark_near_duplicates of good) holds
+    the records no rule removed: the kept documents are its unmarked ones, in its partitioning."""
+    removed = _removed_layout(good.filter(F.col(REMOVED_BY).isNotNull()))
+    if near_marked is None:
+        return good.filter(F.col(REMOVED_BY).isNull()).drop(REMOVED_BY), removed
+    near_duplicates = _removed_layout(near_marked.filter(F.col(REMOVED_BY).isNotNull()))
+    return near_marked.filter(F.col(REMOVED_BY).isNull()).drop(REMOVED_BY, DUPLICATE_OF), near_duplicates.unionByName(removed)
+
+
+def _removed_layout(removed: DataFrame) -> DataFrame:
+    """removed with the columns of removed/, in its order; a quality column the job does not make is null."""
     for name, kind in ((LANGUAGE, "string"), (LANGUAGE_SCORE, "float"), (DUPLICATE_OF, "string")):
         if name not in removed.columns:
             removed = removed.withColumn(name, F.lit(None).cast(kind))
-    return kept, removed.select(*REMOVED_COLUMNS)
+    return removed.select(*REMOVED_COLUMNS)
 
 
 class RemovalCapError(ShardlineError):

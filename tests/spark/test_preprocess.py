@@ -247,13 +247,14 @@ def test_written_rows_are_the_padded_encoding_of_the_documents(spark, built):
     from pyspark.testing import assertDataFrameEqual
 
     from pipeline.tokenizer import backend_json, load_tokenizer
-    from spark_jobs import encode
+    from spark_jobs import clean, encode
     from spark_jobs.preprocess import contract_columns, documents_by_content, read_clean
 
     config, _, _ = built
     manifest = contract.load_manifest(config.dataset_dir)  # an earlier test may have rebuilt it
     files = read.resolve_input_files(config.data.input)
     good, _ = read.split_rejects(read_clean(spark, config, files))
+    good = good.transform(lambda d: clean.with_ids(d, id_from_input=False))
     ordered = documents_by_content(good, config, manifest.label_map,
                                    read.num_partitions_for(files, config.preprocess.num_partitions))
     tokenizer = load_tokenizer(config.tokenizer_dir)

@@ -113,6 +113,41 @@ def test_the_spark_ui_names_each_stage_of_the_job_and_near_dedup_names_its_phase
     assert len(near_dedup) - 3 >= 1  # star tests
 
 
+def test_near_dedup_hashes_the_documents_as_the_tokenizing_stage_does_so_their_texts_cross_once(spark, built):
+    """mark_near_duplicates joins the records to the removals hashed by content into the job's
+    partitions. Persisted and computed, as the job does, that is the partitioning
+    documents_by_content asks for: its plan shuffles nothing more, and its documents are those of
+    the same records shuffled afresh."""
+    from pyspark.testing import assertDataFrameEqual
+
+    from spark_jobs import clean, quality, read
+    from spark_jobs.preprocess import documents_by_content, read_clean
+
+    config, manifest = built[:2]
+    pre = config.preprocess
+    records = quality.mark_removals(read_clean(spark, config, read.resolve_input_files(config.data.input)), pre.quality)
+    good = read.split_rejects(records)[0].transform(lambda d: clean.with_ids(d, id_from_input=False))
+
+    def documents(near_marked):
+        return documents_by_content(quality.split_removed(good, near_marked)[0], config, manifest.label_map,
+                                    pre.num_partitions)
+
+    def exchanges_above_the_cache(frame) -> int:
+        return frame._jdf.queryExecution().executedPlan().toString().split("InMemoryRelation")[0].count("Exchange")
+
+    near_marked = quality.mark_near_duplicates(good, pre.quality, pre.num_partitions).persist()
+    try:
+        near_marked.count()
+        hashed_once = documents(near_marked)
+        assert exchanges_above_the_cache(hashed_once) == 0
+        afresh = documents(quality.mark_near_duplicates(good, pre.quality, pre.num_partitions))
+        assert exchanges_above_the_cache(afresh) >= 1  # uncached, the plan shows its shuffles
+        assertDataFrameEqual(hashed_once, afresh)
+        assert hashed_once.count() == sum(s.documents for s in manifest.splits.values())
+    finally:
+        near_marked.unpersist()
+
+
 def contract_id(text: str) -> str:
     """A document's id without data.id_column: its content hash's first 32 hex digits (clean.with_ids)."""
     return hashlib.sha256(text.encode()).hexdigest()[:32]
