@@ -5,7 +5,7 @@ Pure DataFrame -> DataFrame transforms; `near_duplicates` is the entry. The step
 1. each document's key: two longs, the first 120 bits of its content hash (sha256) in two 60-bit
    halves, so exact copies are one document. Only keys travel through the big shuffles below
    (num_bands rows a document), not the 64-character hash and the id: on GCIDE x4 the band rows
-   shuffled 521 MB as strings, 207 MB as keys, 182 MB with one long a bucket (2.). Two distinct
+   shuffled 521 MB as strings, 207 MB as keys, 182 MB with one long a bucket (step 2). Two distinct
    documents share a key with probability 2^-120 per pair (4e-19 among 10^9 documents), and
    sha256 gives no way to make them;
 2. MinHash signatures and band keys on the executors (`mapInArrow`, spark_jobs.minhash), in the
@@ -75,9 +75,10 @@ REMOVED_COLUMNS = T.StructType([
 
 KEY = ("_key_hi", "_key_lo")  # longs: a distinct document's key (its content hash's first 2 x 15 hex digits)
 ROOT = ("_root_hi", "_root_lo")  # the key of the bucket's smallest document, an edge's other end
-# long: the band's index and the hash of its rows_per_band signature values in one: one long is
-# what Spark sorts fastest (a radix sort on the key's prefix), where (band, band key) is compared row
-# by row. Two different bands share a bucket with probability 2^-64, as two band keys do.
+# long: the band's index and the hash of its rows_per_band signature values in one. Spark sorts one
+# long by its sort prefix alone; sorting (band, band key), the prefix is the band, and the rows of
+# a band are compared field by field. Two different bands share a bucket with probability 2^-64,
+# as two band keys do.
 BUCKET = "_bucket"
 SRC, DST = "_src", "_dst"  # an edge between two numbered documents, always SRC > DST
 _NODE = "_node"

@@ -91,7 +91,8 @@ def split_removed(good: DataFrame, near_marked: DataFrame | None = None) -> tupl
     if near_marked is None:
         return good.filter(F.col(REMOVED_BY).isNull()).drop(REMOVED_BY), removed
     near_duplicates = _removed_layout(near_marked.filter(F.col(REMOVED_BY).isNotNull()))
-    return near_marked.filter(F.col(REMOVED_BY).isNull()).drop(REMOVED_BY, DUPLICATE_OF), near_duplicates.unionByName(removed)
+    kept = near_marked.filter(F.col(REMOVED_BY).isNull()).drop(REMOVED_BY, DUPLICATE_OF)
+    return kept, near_duplicates.unionByName(removed)
 
 
 def _removed_layout(removed: DataFrame) -> DataFrame:
