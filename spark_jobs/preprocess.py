@@ -35,6 +35,7 @@ from spark_jobs import clean, encode, input_count, quality, read, shard, split
 from spark_jobs.manifest import begin_build, publish, remove_unlisted, versions
 from spark_jobs.manifest import split_stats as split_stats_of
 from spark_jobs.progress import SparkProgress, described, name_jobs
+from spark_jobs.session import stop_session
 
 PERSIST = StorageLevel.DISK_ONLY  # the read records, which the job reuses: see build_dataset
 
@@ -373,18 +374,6 @@ def create_spark_session(config: ShardlineConfig, input_bytes: int | None = None
     for key, value in jvm_archive.driver_conf(config.spark, input_bytes).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
-
-
-def stop_session(spark: SparkSession) -> None:
-    """spark.stop() without its wait for pyspark's accumulator server, for a driver about to exit.
-    That server polls its one connection once a second, each task's update starts a new poll, and
-    stop() waits for the poll to end: 0.9-1.0 s after every job, measured. The JVM's SparkContext
-    stops as before; the server's thread is a daemon and ends with the process."""
-    context = spark.sparkContext
-    server, context._accumulatorServer = context._accumulatorServer, None  # only SparkContext.stop() reads it
-    spark.stop()
-    if server is not None and isinstance(server.server_address, str):
-        os.remove(server.server_address)  # spark.python.unix.domain.socket.enabled: the socket's file
 
 
 def _launched_by_spark_submit() -> bool:

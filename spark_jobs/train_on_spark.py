@@ -106,13 +106,14 @@ def create_spark_session(config: ShardlineConfig):
 
 def main(argv: list[str] | None = None) -> int:
     from pipeline.cli import run_stage_main
+    from spark_jobs.session import stop_session
 
     def submit(config: ShardlineConfig, args) -> str:
         spark = create_spark_session(config)
         try:
             model_dir = run_distributed(config)
         finally:
-            spark.stop()
+            stop_session(spark)
         print(f"train: TorchDistributor finished; model in {model_dir}", flush=True)
         return model_dir
 

@@ -1,4 +1,4 @@
-"""The preprocess driver's SparkSession stops without pyspark's accumulator-server wait, and still
+"""The drivers' SparkSession stops without pyspark's accumulator-server wait, and still
 stops: the JVM's SparkContext is stopped after it and the server's socket file is gone."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pipeline.config import build_config
 SCRIPT = """
 import glob, sys
 from pyspark.sql import SparkSession
-from spark_jobs.preprocess import stop_session
+from spark_jobs.session import stop_session
 
 spark = SparkSession.builder.getOrCreate()
 numbers = spark.range(1000)
