@@ -59,7 +59,7 @@ def train_command(config: ShardlineConfig, config_path: str | Path) -> list[str]
     if launcher == "torchrun":
         return torchrun_command(config, node_config_path(config, config_path))
     if launcher == "spark":
-        # Not spark-submit: see spark_jobs/train_on_spark.create_spark_session.
+        # Not spark-submit: see spark_jobs/train_on_spark.main.
         return [sys.executable, "-m", SPARK_TRAIN_MODULE, "--config", str(config_path)]
     if config.train.nproc > 1:
         # --standalone: a local rendezvous on a free port, so two runs on one host cannot collide.

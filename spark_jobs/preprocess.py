@@ -8,7 +8,6 @@ tokenizer the rows were encoded with in run_dir/tokenizer/.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipeline import contract, inputs, jvm_archive, sources, storage
+from pipeline import contract, inputs, sources, storage
 from pipeline.config import ConfigError, ShardlineConfig, load_config, save_config
 from pipeline.errors import ShardlineError
 from pipeline.tokenizer import backend_json, load_tokenizer, train_tokenizer
@@ -35,8 +34,9 @@ from spark_jobs import clean, encode, input_count, quality, read, shard, split
 from spark_jobs.manifest import begin_build, publish, remove_unlisted, versions
 from spark_jobs.manifest import split_stats as split_stats_of
 from spark_jobs.progress import SparkProgress, described, name_jobs
-from spark_jobs.session import stop_session
+from spark_jobs.session import start_session, stop_session
 
+APP_NAME = "shardline-preprocess"
 PERSIST = StorageLevel.DISK_ONLY  # the read records, which the job reuses: see build_dataset
 
 # Changing any config section outside these never rebuilds a dataset.
@@ -363,25 +363,6 @@ def contract_columns(task: str, with_language: bool = False) -> list[str]:
             *language]
 
 
-def create_spark_session(config: ShardlineConfig, input_bytes: int | None = None) -> SparkSession:
-    # Spark's Python workers must run this interpreter (the one with pandas/pyarrow/tokenizers),
-    # not whatever `python3` is first on PATH.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName("shardline-preprocess")
-    if not _launched_by_spark_submit():
-        builder = builder.master(config.spark.master)
-    for key, value in jvm_archive.driver_conf(config.spark, input_bytes).items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
-
-
-def _launched_by_spark_submit() -> bool:
-    """spark-submit already set --master on the JVM it started (and exported the gateway port to
-    us); the builder would override it, so only set the master when run as plain Python."""
-    return "PYSPARK_GATEWAY_PORT" in os.environ
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="spark_jobs/preprocess.py", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="YAML config file")
@@ -429,7 +410,7 @@ def build_all(targets: list[ShardlineConfig], force: bool, first_trains_tokenize
                 continue
             save_config(target, target.run_path("config.resolved.yaml"))
             if spark is None:
-                spark = create_spark_session(target, sum(entry.size for entry in files))
+                spark = start_session(target, APP_NAME, sum(entry.size for entry in files))
             with SparkProgress(spark.sparkContext):
                 built.append((target.dataset_dir, build_dataset(spark, target, files)))
             new_tokenizer = new_tokenizer or (number == 0 and first_trains_tokenizer)  # the later sources read it

@@ -13,7 +13,6 @@ torchrun: on the driver with local_mode, else one per barrier task on the execut
 """
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path
@@ -24,7 +23,6 @@ if __package__ in (None, ""):
     # whose module names must not shadow the standard library's.
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from pipeline import jvm_archive
 from pipeline.config import ShardlineConfig, build_config
 from pipeline.errors import ShardlineError
 
@@ -85,31 +83,16 @@ def retry_taken_ports(run: Callable[[], str], attempts: int = RENDEZVOUS_ATTEMPT
     return run()
 
 
-def create_spark_session(config: ShardlineConfig):
-    """The session TorchDistributor runs on. Started from plain Python, not spark-submit, by the
-    driver: with a local master the barrier tasks run in the driver's JVM and leave a non-daemon
-    timer thread ("Barrier task timer for barrier() calls.", Spark 3.5) that keeps a spark-submit
-    JVM alive after the job; a JVM that pyspark starts exits when this process does."""
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(APP_NAME)
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit, which set these itself
-        builder = builder.master(config.spark.master)
-        if config.spark.py_files:
-            builder = builder.config("spark.submit.pyFiles", ",".join(config.spark.py_files))
-    for key, value in jvm_archive.driver_conf(config.spark).items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
-
-
 def main(argv: list[str] | None = None) -> int:
     from pipeline.cli import run_stage_main
-    from spark_jobs.session import stop_session
+    from spark_jobs.session import start_session, stop_session
 
     def submit(config: ShardlineConfig, args) -> str:
-        spark = create_spark_session(config)
+        # Started from plain Python, not spark-submit, by the driver (pipeline.launch): with a local
+        # master the barrier tasks run in the driver's JVM and leave a non-daemon timer thread
+        # ("Barrier task timer for barrier() calls.", Spark 3.5) that keeps a spark-submit JVM alive
+        # after the job; a JVM that pyspark starts exits when this process does.
+        spark = start_session(config, APP_NAME)
         try:
             model_dir = run_distributed(config)
         finally:
