@@ -35,6 +35,8 @@ class Line:
     data: bytes
     record: bool = True  # False: a whitespace-only separator line, not a record
     copy_of: int | None = None  # a planted duplicate: index (in its file) of the good line it copies
+    # A planted near duplicate (one word changed or added) is a record like any other: what the
+    # quality rules make of it is not known in advance, only that it is counted once.
 
 
 @dataclass
@@ -245,6 +247,28 @@ def _duplicate_of(line: Line, variant: int) -> bytes:
     return b"  " + line.data.replace(b" ", b" \t ") + b" "
 
 
+near_edit = st.tuples(st.sampled_from(["replace", "append"]), st.integers(0, 99), st.sampled_from(WORDS))
+
+
+def _near_duplicate_of(line: Line, edit: tuple[str, int, str]) -> bytes:
+    """A good line with one word of its text replaced, or one added at the end: a near duplicate of
+    it, or, for a text of a word or two, a document of its own. Its other fields are the line's."""
+    how, position, word = edit
+
+    def edited(text: str) -> str:
+        words = text.split(" ")
+        if how == "append":
+            return text + " " + word
+        words[position % len(words)] = word
+        return " ".join(words)
+
+    if line.data.startswith(b"{"):
+        record = json.loads(line.data)
+        record["text"] = edited(record["text"])
+        return _json(record, True)
+    return edited(line.data.decode()).encode()  # a text line's words are non-whitespace: still a record
+
+
 @st.composite
 def record_file(draw, fmt: str, index: int, with_ids: bool) -> CorpusFile:
     extension = {"jsonl": ".jsonl", "text": ".txt"}[fmt]
@@ -264,6 +288,8 @@ def record_file(draw, fmt: str, index: int, with_ids: bool) -> CorpusFile:
     if goods:
         for pick, variant in draw(st.lists(st.tuples(st.sampled_from(goods), st.integers(0, 3)), max_size=4)):
             lines.append(Line("duplicate", _duplicate_of(lines[pick], variant), copy_of=pick))  # after its original
+        for pick, edit in draw(st.lists(st.tuples(st.sampled_from(goods), near_edit), max_size=4)):
+            lines.append(Line("near_duplicate", _near_duplicate_of(lines[pick], edit)))
     ending = draw(st.sampled_from([b"\n", b"\n", b"\r\n"]))
     if ending == b"\r\n":
         kinds.add("crlf")
@@ -341,3 +367,51 @@ def corpora(draw) -> Corpus:
         if draw(st.integers(0, 3)) == 0:
             files.append(long_line_file(fmt, count, draw(st.sampled_from([150_000, 1_200_000, 2_500_000]))))
     return Corpus(fmt, task, with_ids, files)
+
+
+# --- quality sections (preprocess.quality) ---------------------------------------------------------
+
+_share = st.floats(0, 1)
+_language = st.fixed_dictionaries({"keep": st.lists(st.sampled_from(["en", "de", "fr", "ja"]), min_size=1, max_size=2, unique=True),
+                                   "min_score": _share})
+
+
+def _rule(draw, settings: dict) -> dict | None:
+    """A rule off (None), on with its published defaults ({}), or with some thresholds drawn: each a
+    third of the time (st.one_of would favour its first)."""
+    how = draw(st.sampled_from(["off", "defaults", "drawn"]))
+    return None if how == "off" else {} if how == "defaults" else draw(st.fixed_dictionaries({}, optional=settings))
+
+
+@st.composite
+def quality_sections(draw) -> dict | None:
+    """A preprocess.quality section: each heuristic filter, language identification and near-dedup
+    off, at its defaults or with drawn thresholds (on these short texts the defaults remove nearly
+    everything, drawn ones some). No cap (max_removed_fraction 1), and a sample bigger than any
+    corpus, so removed/ holds every removal. None: no section at all."""
+    if draw(st.integers(0, 3)) == 0:
+        return None
+    n_grams = st.dictionaries(st.integers(1, 10), _share, max_size=3)
+    section = {
+        "gopher_quality": _rule(draw, {
+            "min_doc_words": st.integers(0, 8), "max_doc_words": st.one_of(st.none(), st.integers(1, 30)),
+            "min_avg_word_length": st.floats(0, 5), "max_avg_word_length": st.one_of(st.none(), st.floats(1, 20)),
+            "max_symbol_word_ratio": st.one_of(st.none(), _share), "max_bullet_lines_ratio": _share,
+            "max_non_alpha_words_ratio": _share, "min_stop_words": st.integers(0, 3)}),
+        "gopher_repetition": _rule(draw, {
+            "dup_line_frac": _share, "dup_para_frac": _share, "dup_line_char_frac": _share, "dup_para_char_frac": _share,
+            "top_n_grams": n_grams, "dup_n_grams": st.dictionaries(st.integers(1, 20), _share, max_size=3)}),
+        "c4": _rule(draw, {
+            "filter_no_terminal_punct": st.booleans(), "min_num_sentences": st.one_of(st.none(), st.integers(0, 5)),
+            "min_words_per_line": st.one_of(st.none(), st.integers(0, 5)), "max_word_length": st.integers(1, 20),
+            "filter_lorem_ipsum": st.booleans(), "filter_javascript": st.booleans(),
+            "filter_curly_bracket": st.booleans(), "filter_policy": st.booleans()}),
+        "fineweb": _rule(draw, {
+            "line_punct_thr": st.one_of(st.none(), _share), "short_line_thr": st.one_of(st.none(), _share),
+            "char_duplicates_ratio": st.one_of(st.none(), _share), "new_line_ratio": st.one_of(st.none(), st.floats(0, 2))}),
+        "language": draw(_language) if draw(st.booleans()) else None,
+        "near_dedup": _rule(draw, {
+            "ngram": st.sampled_from(["words", "chars"]), "ngram_size": st.integers(1, 6),
+            "num_bands": st.integers(1, 14), "rows_per_band": st.integers(1, 8), "min_jaccard": st.one_of(st.none(), _share)}),
+    }
+    return {**section, "max_removed_fraction": 1.0, "num_removed_samples": 100_000}

@@ -1,30 +1,36 @@
 """Generated corpora of bad input through the Spark job, in process on the shared session.
 
 For every generated corpus (several files of jsonl, text or csv, plain, gzip or bzip2, some empty or
-damaged): the job finishes; the manifest's input_records is the number of records the generator
-wrote, and each one is a document, a reject or a removed duplicate (each counted from the dataset:
-rows and blocks in the shards, rows in rejects/); every reject has a known reason, names its input
-file and, for jsonl/text, the byte offset of a line start; and a second build into a fresh run_dir
-gives the same bytes.
+damaged, with planted exact and near duplicates), built with a drawn preprocess.quality section or
+none: the job finishes; the manifest's input_records is the number of records the generator wrote,
+and each one is a document, a reject, a removed duplicate or removed by one quality rule (each
+counted from the dataset: rows and blocks in the shards, rows in rejects/ and removed/); every
+reject and removal has a known reason, names its input file and, for jsonl/text, the byte offset of
+a line start; and a second build into a fresh run_dir gives the same bytes.
 
 Each example is a whole corpus and two Spark builds (~3.5 s on two cores: 200 took 11.7 minutes), so
-CI runs a small budget: the explicit examples (every class at once; corpora a run found) plus SHARDLINE_FUZZ_EXAMPLES generated ones (default 2,
-the same ones every run). Setting SHARDLINE_FUZZ_EXAMPLES explicitly draws that many fresh ones,
+CI runs a small budget: the explicit examples (every class at once, without and with every quality
+rule; corpora a run found) plus SHARDLINE_FUZZ_EXAMPLES generated ones (default 2, the same ones
+every run). Setting SHARDLINE_FUZZ_EXAMPLES explicitly draws that many fresh ones,
 from SHARDLINE_TEST_SEED (tests/conftest.py; a failure report names it, so the same corpora rerun).
 """
 from __future__ import annotations
 
 import itertools
+import json
 import os
+from collections import Counter
 
 from hypothesis import HealthCheck, Phase, event, example, given, seed, settings
 
 from conftest import TEST_SEED
 from dataset_reads import read_files
-from fuzz_corpora import REASONS, Corpus, CorpusFile, CsvCorpusFile, Line, corpora, long_line_file
+from fuzz_corpora import REASONS, Corpus, CorpusFile, CsvCorpusFile, Line, corpora, long_line_file, quality_sections
 from pipeline import contract, storage
 from pipeline.config import build_config
+from spark_jobs import language, text_filters
 from spark_jobs.preprocess import build_dataset
+from spark_jobs.quality import NEAR_DUPLICATE
 
 _BUDGET = os.environ.get("SHARDLINE_FUZZ_EXAMPLES")
 _counter = itertools.count()
@@ -67,6 +73,36 @@ def _every_class() -> Corpus:
     return Corpus("jsonl", "classification", True, files)
 
 
+EVENT_LOOP = ("The event loop runs every task that is ready, one at a time, and waits for the next event when none "
+              "is. A future holds the result of a task that has not finished yet, and a callback added to it runs "
+              "once the result is set. Long computations block the loop, so they belong in a worker thread or in "
+              "another process, and the loop stays free to answer.")
+CORPUS = ("Each file of the corpus is read once, line by line, and every line becomes a document or a reject with "
+          "its reason. Duplicates are removed before the tokenizer is trained, so the vocabulary sees each text only "
+          "once. The shards are written last, with a manifest that lists every file, and nothing is published until "
+          "that manifest is in place.")
+LOREM = ("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut labore et "
+         "dolore magna aliqua. Ut enim ad minim veniam, quis nostrud exercitation ullamco laboris nisi ut aliquip ex "
+         "ea commodo consequat. Duis aute irure dolor in reprehenderit in voluptate velit esse cillum dolore eu "
+         "fugiat nulla pariatur.")
+UNPUNCTUATED = ("shards are written to object storage\nevery task keeps its own counts\nthe driver merges them at the "
+                "end\nnothing is renamed on a bucket\na manifest commits the whole dataset\nreaders list files from it "
+                "alone\nold attempts are never read back\nthe same input gives the same bytes")
+GERMAN = ("Der Wald liegt still unter dem Schnee, und die Kinder laufen lachend über die Felder zum alten "
+          "Bauernhof. Am Abend sitzen alle zusammen am Ofen, erzählen Geschichten und trinken warmen Tee.")
+
+
+def _every_rule_corpus() -> Corpus:
+    """_every_class, and a file of documents that each stage of EVERY_RULE removes (an English page's
+    near copy, the same line over and over, lorem ipsum, lines without punctuation, German) beside two
+    English pages it keeps."""
+    texts = [EVENT_LOOP, CORPUS, EVENT_LOOP + " Then it waits.", "Buy now and save.\n" * 8,
+             LOREM, UNPUNCTUATED, GERMAN]
+    lines = [Line("good", json.dumps({"text": text, "label": "a", "id": f"q{i}"}).encode()) for i, text in enumerate(texts)]
+    every_class = _every_class()
+    return Corpus("jsonl", "classification", True, every_class.files + [CorpusFile("part-09-quality.jsonl", "", lines)])
+
+
 def _found_csv_cases() -> Corpus:
     """Found by a 200-example run (SHARDLINE_TEST_SEED=20261203): a .csv.gz was read undecompressed.
     Found by CI (part-03): Python 3.11's csv.writer with a "\n" terminator leaves a bare "\r" unquoted;
@@ -85,7 +121,7 @@ def _found_csv_cases() -> Corpus:
     ])
 
 
-def _config(corpus: Corpus, corpus_dir, run_dir):
+def _config(corpus: Corpus, corpus_dir, run_dir, quality: dict | None = None):
     causal = corpus.task == "causal_lm"
     tokenizer = ({"kind": "bpe", "vocab_size": 300, "special_tokens": ["<pad>", "<unk>", "<s>", "</s>"]} if causal
                  else {"kind": "wordpiece", "vocab_size": 200})
@@ -94,13 +130,36 @@ def _config(corpus: Corpus, corpus_dir, run_dir):
         data.update(label_column="label", labels=["a", "b", "c"])
     if corpus.with_ids:
         data["id_column"] = "id"
+    preprocess = {"task": corpus.task, "max_length": 16, "seed": 11, "num_partitions": 2, "max_chars": 200_000,
+                  "shard": {"row_group_rows": 16}}
+    if quality is not None:
+        # The heuristic filters judge lines, so they need the text's line breaks kept.
+        preprocess.update(quality=quality, collapse_whitespace=not _filters_on(quality))
     return build_config({
         "run_dir": str(run_dir),
         "data": data,
         "tokenizer": {"train": {**tokenizer, "sample_size": 40}},  # smaller than most corpora: a real sample
-        "preprocess": {"task": corpus.task, "max_length": 16, "seed": 11, "num_partitions": 2, "max_chars": 200_000,
-                       "shard": {"row_group_rows": 16}},
+        "preprocess": preprocess,
     })
+
+
+def _filters_on(quality: dict | None) -> bool:
+    """Whether a rule that runs before de-duplication (a heuristic filter, the language) is on."""
+    return quality is not None and any(quality.get(rule) is not None for rule in FILTERS_AND_LANGUAGE)
+
+
+# Every rule quality_sections may turn on, and one corpus with every one of them at once.
+FILTERS_AND_LANGUAGE = ("gopher_quality", "gopher_repetition", "c4", "fineweb", "language")
+EVERY_RULE = {"gopher_quality": {"min_doc_words": 2, "min_stop_words": 0}, "gopher_repetition": {}, "c4": {"min_num_sentences": None},
+              "fineweb": {}, "language": {"keep": ["en"], "min_score": 0.1}, "near_dedup": {"ngram_size": 2},
+              "max_removed_fraction": 1.0, "num_removed_samples": 100_000}
+REMOVAL_REASONS = {*text_filters.RULES, language.LANGUAGE_OTHER, language.LANGUAGE_LOW_SCORE, NEAR_DUPLICATE}
+
+
+def _rows(dataset_dir: str, files: list) -> list[dict]:
+    """The rows of a manifest's rejects_files or removed_files."""
+    table = read_files([storage.join(dataset_dir, f.path) for f in files])
+    return table.to_pylist() if table is not None else []
 
 
 def _documents_in_shards(dataset_dir: str, task: str) -> int:
@@ -125,43 +184,57 @@ def _documents_in_shards(dataset_dir: str, task: str) -> int:
     phases=[Phase.explicit, Phase.generate],  # no shrinking: every step would be two more Spark builds
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
 )
-@example(corpus=_every_class())
-@example(corpus=_found_csv_cases())  # each example a run found stays a fixed case
+@example(corpus=_every_class(), quality=None)
+@example(corpus=_every_rule_corpus(), quality=EVERY_RULE)
+@example(corpus=_found_csv_cases(), quality=None)  # each example a run found stays a fixed case
 @seed(TEST_SEED)  # fresh draws (SHARDLINE_FUZZ_EXAMPLES set) rerun exactly with SHARDLINE_TEST_SEED
-@given(corpus=corpora())
-def test_every_generated_record_is_a_document_a_reject_or_a_duplicate(spark, tmp_path_factory, contents_of, corpus):
+@given(corpus=corpora(), quality=quality_sections())
+def test_every_generated_record_is_a_document_a_reject_a_duplicate_or_removed_by_a_rule(spark, tmp_path_factory,
+                                                                                      contents_of, corpus, quality):
     root = tmp_path_factory.mktemp(f"fuzz{next(_counter)}")
     paths = corpus.write(root / "corpus")
     for kind in sorted(corpus.kinds):
         event(f"class {kind}")
-    config = _config(corpus, root / "corpus", root / "run")
+    for rule in sorted(rule for rule, section in (quality or {}).items() if isinstance(section, dict)):
+        event(f"quality {rule}")
+    config = _config(corpus, root / "corpus", root / "run", quality)
     manifest = build_dataset(spark, config)  # raises if the job fails or its own accounting breaks
-    where = f"corpus in {root / 'corpus'}"
+    where = f"corpus in {root / 'corpus'}, quality {quality}"
 
     assert manifest.input_records == corpus.expected_records(), where
-    rejects_table = read_files([storage.join(config.dataset_dir, f.path) for f in manifest.rejects_files])
-    rejects = rejects_table.to_pylist() if rejects_table is not None else []
+    rejects = _rows(config.dataset_dir, manifest.rejects_files)
     assert len(rejects) == manifest.rejected_records == sum(manifest.rejected_by_reason.values()), where
+    # The sample is bigger than any corpus, so removed/ holds every removal, by the rule that made it.
+    removed = _rows(config.dataset_dir, manifest.removed_files)
+    assert Counter(row["removed_by"] for row in removed) == Counter(manifest.removed_by_rule), where
+    stages = {rule.split(".")[0] for rule in manifest.removed_by_rule}
+    for stage in sorted(stages):
+        event(f"removed by {stage}")
+    if quality == EVERY_RULE:  # the explicit example is what it claims: every stage removes something
+        assert stages == {*FILTERS_AND_LANGUAGE, "near_dedup"}, manifest.removed_by_rule
     documents = _documents_in_shards(config.dataset_dir, corpus.task)
     assert documents == sum(s.documents for s in manifest.splits.values()), where
-    assert manifest.input_records == documents + len(rejects) + manifest.duplicates_removed, where
-    assert manifest.duplicates_removed >= corpus.planted_duplicates(), where
+    assert manifest.input_records == documents + len(rejects) + manifest.duplicates_removed + len(removed), where
+    if not _filters_on(quality):  # a filter may remove a planted copy's original, and the copy with it
+        assert manifest.duplicates_removed >= corpus.planted_duplicates(), where
 
     uris = {path.resolve().as_uri(): (path, f) for path, f in zip(paths, corpus.files)}
     for reject in rejects:
         assert reject["reject_reason"] in REASONS, reject
         assert reject["source"] in uris, (reject["source"], where)
+    for row in removed:
+        assert row["removed_by"] in REMOVAL_REASONS and row["source"] in uris, (row, where)
     for uri, (path, f) in uris.items():
         whole_file = f.expected_file_reject()
         found = [r["reject_reason"] for r in rejects if r["source"] == uri and r["reject_reason"] in ("empty_file", "corrupt_file")]
         assert found == ([whole_file] if whole_file else []), (path, found)
     if corpus.format != "csv":
         contents = {uri: f.content() for uri, (_, f) in uris.items()}  # decompressed, up to any damage
-        for reject in rejects:
-            offset, data = reject["offset"], contents[reject["source"]]
-            assert offset is not None and 0 <= offset <= len(data), reject
-            if reject["reject_reason"] not in ("empty_file", "corrupt_file"):
-                assert offset == 0 or data[offset - 1:offset] == b"\n", (reject, where)  # a line starts there
+        for row in rejects + removed:
+            offset, data = row["offset"], contents[row["source"]]
+            assert offset is not None and 0 <= offset <= len(data), row
+            if row.get("reject_reason") not in ("empty_file", "corrupt_file"):
+                assert offset == 0 or data[offset - 1:offset] == b"\n", (row, where)  # a line starts there
 
     again = build_config({**config.to_dict(), "run_dir": str(root / "again")})
     build_dataset(spark, again)
