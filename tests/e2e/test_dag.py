@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import demo_quality
 from pipeline.demo import demo_records, write_jsonl
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -115,9 +116,10 @@ def test_dagbag_imports_the_dag_with_its_graph_retries_and_validated_params(airf
 def dated_run(airflow_env, tmp_path_factory):
     """`airflow dags test shardline DS`: one whole run, Spark to eval.json, for logical date DS."""
     tmp_path = tmp_path_factory.mktemp("dag-run")
-    corpus = write_jsonl(demo_records()[::8], tmp_path / "corpus.jsonl")
+    corpus = write_jsonl(demo_quality.with_near_copy(demo_records()[::8]), tmp_path / "corpus.jsonl")
     recipe = yaml.safe_load((REPO_ROOT / "configs" / "demo.yaml").read_text())
     recipe["run_dir"] = str(tmp_path / "unused")  # the DAG sets run_dir per ds
+    recipe["preprocess"].update(demo_quality.PREPROCESS)  # corpus quality through the DAG's spark-submit
     recipe["data"]["input"] = str(corpus)
     recipe["tokenizer"]["train"]["vocab_size"] = 500
     recipe["train"]["epochs"] = 1
@@ -139,6 +141,7 @@ def test_dags_test_runs_spark_preprocess_train_and_evaluate_then_a_rerun_redoes_
     evaluation = json.loads((run_dir / "eval.json").read_text())
     assert evaluation["split"] == "test" and evaluation["examples"] == manifest["splits"]["test"]["rows"]
     assert manifest["input_records"] == sum(1 for _ in open(corpus))
+    demo_quality.check_removals(manifest)
     assert (run_dir / "model" / "lineage.json").exists()
     assert "state=success" in output
 

@@ -1,6 +1,6 @@
 """`shardline run` as a user runs it: markers, skipping, rerunning only what changed, dry run, failure.
 
-One tiny run (a sixth of the demo corpus, one epoch) is built once; the tests then rerun it in the
+One tiny run (a sixth of the demo corpus, with quality rules on, one epoch) is built once; the tests then rerun it in the
 order a user would, so they run in file order on the same run_dir.
 """
 import json
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import demo_quality
 from pipeline import driver, jvm_archive
 from pipeline.config import load_config
 from pipeline.demo import demo_records, write_jsonl
@@ -38,10 +39,11 @@ def mtimes(run_dir: Path) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("driver")
-    corpus = write_jsonl(demo_records()[::6], root / "corpus.jsonl")
+    corpus = write_jsonl(demo_quality.with_near_copy(demo_records()[::6]), root / "corpus.jsonl")
     run_dir = root / "run"
     args = ["--config", "configs/demo.yaml", "--set", f"run_dir={run_dir}", "--set", f"data.input={corpus}",
-            "--set", "train.epochs=1", "--set", "tokenizer.train.vocab_size=500"]
+            "--set", "train.epochs=1", "--set", "tokenizer.train.vocab_size=500",
+            *demo_quality.SET_ARGS]  # checked in test_first_run_...
     first = shardline("run", *args)
     assert first.returncode == 0, first.stdout + first.stderr
     return run_dir, args, first
@@ -64,6 +66,7 @@ def test_first_run_runs_every_stage_and_records_a_marker_for_each(tiny_run):
         assert set(marker["sections"]) == set(driver.STAGE_SECTIONS[stage])
         assert (run_dir / "logs" / f"{stage}.log").read_text().startswith("$ ")
     assert json.loads((run_dir / "eval.json").read_text())["examples"] > 0
+    demo_quality.check_removals(json.loads((run_dir / "dataset" / "manifest.json").read_text()))
 
 
 def test_unchanged_rerun_skips_every_stage_without_starting_spark_or_training(tiny_run):
