@@ -35,8 +35,8 @@ class Line:
     data: bytes
     record: bool = True  # False: a whitespace-only separator line, not a record
     copy_of: int | None = None  # a planted duplicate: index (in its file) of the good line it copies
-    # A planted near duplicate (one word changed or added) is a record like any other: what the
-    # quality rules make of it is not known in advance, only that it is counted once.
+    # A planted near duplicate (kind near_duplicate) is a record like any other: what the quality
+    # rules make of it is not known in advance, only that it is counted once.
 
 
 @dataclass
@@ -128,6 +128,7 @@ class Corpus:
 # --- values ----------------------------------------------------------------------------------------
 
 good_text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=12).map(" ".join)
+long_text = st.lists(st.sampled_from(WORDS), min_size=20, max_size=60).map(" ".join)
 label_value = st.sampled_from(LABELS)
 odd_label = st.one_of(st.sampled_from(["zz", "", " a ", "A"]), st.integers(-3, 3), st.none())
 wrong_value = st.one_of(st.integers(), st.floats(allow_nan=False), st.booleans(),
@@ -252,7 +253,7 @@ near_edit = st.tuples(st.sampled_from(["replace", "append"]), st.integers(0, 99)
 
 def _near_duplicate_of(line: Line, edit: tuple[str, int, str]) -> bytes:
     """A good line with one word of its text replaced, or one added at the end: a near duplicate of
-    it, or, for a text of a word or two, a document of its own. Its other fields are the line's."""
+    it (or, where the word replaced was the same, an exact one). Its other fields are the line's."""
     how, position, word = edit
 
     def edited(text: str) -> str:
@@ -288,8 +289,13 @@ def record_file(draw, fmt: str, index: int, with_ids: bool) -> CorpusFile:
     if goods:
         for pick, variant in draw(st.lists(st.tuples(st.sampled_from(goods), st.integers(0, 3)), max_size=4)):
             lines.append(Line("duplicate", _duplicate_of(lines[pick], variant), copy_of=pick))  # after its original
-        for pick, edit in draw(st.lists(st.tuples(st.sampled_from(goods), near_edit), max_size=4)):
-            lines.append(Line("near_duplicate", _near_duplicate_of(lines[pick], edit)))
+    if keys["text"] == "text" and damage not in ("empty_bytes", "garbage_only") and draw(st.booleans()):
+        # Half the files: pages of 20-60 words, each beside its near copy (one word changed or added):
+        # long enough for word 5-grams, so near-dedup has pairs to find.
+        for text, edit in draw(st.lists(st.tuples(long_text, near_edit), min_size=1, max_size=3)):
+            record = {"text": text, "label": draw(label_value), **({"id": draw(doc_id)} if with_ids else {})}
+            page = Line("good", _json(record, True) if fmt == "jsonl" else text.encode())
+            lines += [page, Line("near_duplicate", _near_duplicate_of(page, edit))]
     ending = draw(st.sampled_from([b"\n", b"\n", b"\r\n"]))
     if ending == b"\r\n":
         kinds.add("crlf")
@@ -383,14 +389,23 @@ def _rule(draw, settings: dict) -> dict | None:
     return None if how == "off" else {} if how == "defaults" else draw(st.fixed_dictionaries({}, optional=settings))
 
 
+_NEAR_DEDUP = {"ngram": st.sampled_from(["words", "chars"]), "ngram_size": st.integers(1, 6), "num_bands": st.integers(1, 14),
+               "rows_per_band": st.integers(1, 8), "min_jaccard": st.one_of(st.none(), _share)}
+
+
 @st.composite
 def quality_sections(draw) -> dict | None:
-    """A preprocess.quality section: each heuristic filter, language identification and near-dedup
-    off, at its defaults or with drawn thresholds (on these short texts the defaults remove nearly
-    everything, drawn ones some). No cap (max_removed_fraction 1), and a sample bigger than any
-    corpus, so removed/ holds every removal. None: no section at all."""
-    if draw(st.integers(0, 3)) == 0:
+    """A preprocess.quality section, or None (no section): a quarter of the time near-dedup alone
+    (the filters, when on, often remove both pages of a planted pair first), else each heuristic
+    filter and near-dedup off, at its defaults or with drawn thresholds (on these short texts the
+    defaults remove nearly everything, drawn ones some), and the language off or on. No cap
+    (max_removed_fraction 1), and a sample bigger than any corpus, so removed/ holds every removal."""
+    kind = draw(st.sampled_from(["none", "near_dedup", "mixed", "mixed"]))
+    if kind == "none":
         return None
+    unlimited = {"max_removed_fraction": 1.0, "num_removed_samples": 100_000}
+    if kind == "near_dedup":
+        return {"near_dedup": _rule(draw, _NEAR_DEDUP) or {}, **unlimited}
     n_grams = st.dictionaries(st.integers(1, 10), _share, max_size=3)
     section = {
         "gopher_quality": _rule(draw, {
@@ -410,8 +425,6 @@ def quality_sections(draw) -> dict | None:
             "line_punct_thr": st.one_of(st.none(), _share), "short_line_thr": st.one_of(st.none(), _share),
             "char_duplicates_ratio": st.one_of(st.none(), _share), "new_line_ratio": st.one_of(st.none(), st.floats(0, 2))}),
         "language": draw(_language) if draw(st.booleans()) else None,
-        "near_dedup": _rule(draw, {
-            "ngram": st.sampled_from(["words", "chars"]), "ngram_size": st.integers(1, 6),
-            "num_bands": st.integers(1, 14), "rows_per_band": st.integers(1, 8), "min_jaccard": st.one_of(st.none(), _share)}),
+        "near_dedup": _rule(draw, _NEAR_DEDUP),
     }
-    return {**section, "max_removed_fraction": 1.0, "num_removed_samples": 100_000}
+    return {**section, **unlimited}
