@@ -35,8 +35,6 @@ class Line:
     data: bytes
     record: bool = True  # False: a whitespace-only separator line, not a record
     copy_of: int | None = None  # a planted duplicate: index (in its file) of the good line it copies
-    # A planted near duplicate (kind near_duplicate) is a record like any other: what the quality
-    # rules make of it is not known in advance, only that it is counted once.
 
 
 @dataclass
@@ -378,8 +376,8 @@ def corpora(draw) -> Corpus:
 # --- quality sections (preprocess.quality) ---------------------------------------------------------
 
 _share = st.floats(0, 1)
-_language = st.fixed_dictionaries({"keep": st.lists(st.sampled_from(["en", "de", "fr", "ja"]), min_size=1, max_size=2, unique=True),
-                                   "min_score": _share})
+_language = st.fixed_dictionaries({
+    "keep": st.lists(st.sampled_from(["en", "de", "fr", "ja"]), min_size=1, max_size=2, unique=True), "min_score": _share})
 
 
 def _rule(draw, settings: dict) -> dict | None:
@@ -389,8 +387,9 @@ def _rule(draw, settings: dict) -> dict | None:
     return None if how == "off" else {} if how == "defaults" else draw(st.fixed_dictionaries({}, optional=settings))
 
 
-_NEAR_DEDUP = {"ngram": st.sampled_from(["words", "chars"]), "ngram_size": st.integers(1, 6), "num_bands": st.integers(1, 14),
-               "rows_per_band": st.integers(1, 8), "min_jaccard": st.one_of(st.none(), _share)}
+_NEAR_DEDUP = {"ngram": st.sampled_from(["words", "chars"]), "ngram_size": st.integers(1, 6),
+               "num_bands": st.integers(1, 14), "rows_per_band": st.integers(1, 8),
+               "min_jaccard": st.one_of(st.none(), _share)}
 
 
 @st.composite

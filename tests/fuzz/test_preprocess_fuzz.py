@@ -96,11 +96,10 @@ def _every_rule_corpus() -> Corpus:
     """_every_class, and a file of documents that each stage of EVERY_RULE removes (an English page's
     near copy, the same line over and over, lorem ipsum, lines without punctuation, German) beside two
     English pages it keeps."""
-    texts = [EVENT_LOOP, CORPUS, EVENT_LOOP + " Then it waits.", "Buy now and save.\n" * 8,
-             LOREM, UNPUNCTUATED, GERMAN]
-    lines = [Line("good", json.dumps({"text": text, "label": "a", "id": f"q{i}"}).encode()) for i, text in enumerate(texts)]
-    every_class = _every_class()
-    return Corpus("jsonl", "classification", True, every_class.files + [CorpusFile("part-09-quality.jsonl", "", lines)])
+    texts = [EVENT_LOOP, CORPUS, EVENT_LOOP + " Then it waits.", "Buy now and save.\n" * 8, LOREM, UNPUNCTUATED, GERMAN]
+    lines = [Line("good", json.dumps({"text": text, "label": "a", "id": f"q{i}"}).encode())
+             for i, text in enumerate(texts)]
+    return Corpus("jsonl", "classification", True, _every_class().files + [CorpusFile("part-09-quality.jsonl", "", lines)])
 
 
 def _found_csv_cases() -> Corpus:
@@ -150,9 +149,9 @@ def _filters_on(quality: dict | None) -> bool:
 
 # Every rule quality_sections may turn on, and one corpus with every one of them at once.
 FILTERS_AND_LANGUAGE = ("gopher_quality", "gopher_repetition", "c4", "fineweb", "language")
-EVERY_RULE = {"gopher_quality": {"min_doc_words": 2, "min_stop_words": 0}, "gopher_repetition": {}, "c4": {"min_num_sentences": None},
-              "fineweb": {}, "language": {"keep": ["en"], "min_score": 0.1}, "near_dedup": {"ngram_size": 2},
-              "max_removed_fraction": 1.0, "num_removed_samples": 100_000}
+EVERY_RULE = {"gopher_quality": {"min_doc_words": 2, "min_stop_words": 0}, "gopher_repetition": {},
+              "c4": {"min_num_sentences": None}, "fineweb": {}, "language": {"keep": ["en"], "min_score": 0.1},
+              "near_dedup": {"ngram_size": 2}, "max_removed_fraction": 1.0, "num_removed_samples": 100_000}
 REMOVAL_REASONS = {*text_filters.RULES, language.LANGUAGE_OTHER, language.LANGUAGE_LOW_SCORE, NEAR_DUPLICATE}
 
 
