@@ -29,3 +29,9 @@ def split_rows(dataset_dir: str) -> dict[str, list[dict]]:
     """Every split's rows, as dicts, in the manifest's file order."""
     return {name: (table.to_pylist() if (table := split_table(dataset_dir, name)) is not None else [])
             for name in contract.SPLITS}
+
+
+def listed_rows(dataset_dir: str, files: list) -> list[dict]:
+    """The rows of files a manifest lists (its rejects_files or removed_files), in order."""
+    table = read_files([storage.join(dataset_dir, f.path) for f in files])
+    return table.to_pylist() if table is not None else []

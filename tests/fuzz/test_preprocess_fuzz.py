@@ -24,9 +24,9 @@ from collections import Counter
 from hypothesis import HealthCheck, Phase, event, example, given, seed, settings
 
 from conftest import TEST_SEED
-from dataset_reads import read_files
+from dataset_reads import listed_rows, read_files
 from fuzz_corpora import REASONS, Corpus, CorpusFile, CsvCorpusFile, Line, corpora, long_line_file, quality_sections
-from pipeline import contract, storage
+from pipeline import contract
 from pipeline.config import build_config
 from spark_jobs import language, text_filters
 from spark_jobs.preprocess import build_dataset
@@ -172,12 +172,6 @@ EVERY_RULE = {"gopher_quality": {"min_doc_words": 2, "min_stop_words": 0}, "goph
 REMOVAL_REASONS = {*text_filters.RULES, language.LANGUAGE_OTHER, language.LANGUAGE_LOW_SCORE, NEAR_DUPLICATE}
 
 
-def _rows(dataset_dir: str, files: list) -> list[dict]:
-    """The rows of a manifest's rejects_files or removed_files."""
-    table = read_files([storage.join(dataset_dir, f.path) for f in files])
-    return table.to_pylist() if table is not None else []
-
-
 def _documents_in_shards(dataset_dir: str, task: str) -> int:
     manifest = contract.load_manifest(dataset_dir)
     documents = 0
@@ -219,10 +213,10 @@ def test_every_generated_record_is_a_document_a_reject_a_duplicate_or_removed_by
     where = f"corpus in {root / 'corpus'}, quality {quality}"
 
     assert manifest.input_records == corpus.expected_records(), where
-    rejects = _rows(config.dataset_dir, manifest.rejects_files)
+    rejects = listed_rows(config.dataset_dir, manifest.rejects_files)
     assert len(rejects) == manifest.rejected_records == sum(manifest.rejected_by_reason.values()), where
     # The sample is bigger than any corpus, so removed/ holds every removal, by the rule that made it.
-    removed = _rows(config.dataset_dir, manifest.removed_files)
+    removed = listed_rows(config.dataset_dir, manifest.removed_files)
     assert Counter(row["removed_by"] for row in removed) == Counter(manifest.removed_by_rule), where
     stages = {rule.split(".")[0] for rule in manifest.removed_by_rule}
     for stage in sorted(stages):

@@ -7,6 +7,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from dataset_reads import listed_rows
 from pipeline import contract, storage
 from pipeline.config import build_config
 from pipeline.demo import write_jsonl
@@ -64,13 +65,6 @@ def built(spark, tmp_path_factory, docstring_records):
     return config, manifest, records, original, near_copy, descriptions_since(spark, before)
 
 
-def _removed_rows(dataset_dir: str, manifest) -> list[dict]:
-    rows = []
-    for entry in manifest.removed_files:
-        rows += pq.read_table(storage.join(dataset_dir, entry.path)).to_pylist()
-    return rows
-
-
 def test_every_input_record_is_a_document_a_reject_a_duplicate_or_removed_by_one_rule(built):
     config, manifest, records, _, _, _ = built
     documents = sum(s.documents for s in manifest.splits.values())
@@ -81,7 +75,7 @@ def test_every_input_record_is_a_document_a_reject_a_duplicate_or_removed_by_one
     assert manifest.removed_by_rule[NEAR_DUPLICATE] == 1
     # With a sample bigger than any rule's removals, removed/ holds every one: the counts the writers
     # reported are what they saw.
-    rows = _removed_rows(config.dataset_dir, manifest)
+    rows = listed_rows(config.dataset_dir, manifest.removed_files)
     removed_texts = {row["text"] for row in rows}
     kept = [r["text"] for r in records if r["text"] not in removed_texts]
     assert manifest.duplicates_removed == len(kept) - len(set(kept)) >= 1  # the planted copy, at least
@@ -93,7 +87,7 @@ def test_every_input_record_is_a_document_a_reject_a_duplicate_or_removed_by_one
 
 def test_each_planted_document_is_removed_by_its_rule_with_what_explains_it(built):
     config, manifest, _, original, near_copy, _ = built
-    rows = {row["text"]: row for row in _removed_rows(config.dataset_dir, manifest)}
+    rows = {row["text"]: row for row in listed_rows(config.dataset_dir, manifest.removed_files)}
     assert rows[LOREM]["removed_by"] == "c4.lorem_ipsum"
     assert rows[GERMAN]["removed_by"] == "language.other" and rows[GERMAN]["language"] == "de"
     # Of the near-duplicate pair the smaller id stays; the other names it.
@@ -193,7 +187,7 @@ def test_a_rule_removing_more_than_the_cap_stops_the_job_and_a_sample_still_coun
     sampled = _config(tmp_path, corpus, gopher_quality={"min_doc_words": 30}, num_removed_samples=1,
                       max_removed_fraction=0.9)
     manifest = build_dataset(spark, sampled)
-    rows = _removed_rows(sampled.dataset_dir, manifest)
+    rows = listed_rows(sampled.dataset_dir, manifest.removed_files)
     per_file_rule = [(entry.path, row["removed_by"]) for entry in manifest.removed_files
                      for row in pq.read_table(storage.join(sampled.dataset_dir, entry.path)).to_pylist()]
     assert len(per_file_rule) == len(set(per_file_rule))  # at most one sample per rule and task
