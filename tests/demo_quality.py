@@ -10,9 +10,7 @@ import json
 QUALITY = {"gopher_repetition": {"top_n_grams": {}}, "language": {"keep": ["en"], "min_score": 0.3}, "near_dedup": {}}
 PREPROCESS = {"collapse_whitespace": False, "quality": QUALITY}  # the filters judge lines: keep them
 # PREPROCESS as `shardline` arguments (a value in JSON is one in YAML too).
-SET_ARGS = [arg for key, value in [("collapse_whitespace", False), *((f"quality.{rule}", section)
-                                                                     for rule, section in QUALITY.items())]
-            for arg in ("--set", f"preprocess.{key}={json.dumps(value)}")]
+SET_ARGS = [arg for key, value in PREPROCESS.items() for arg in ("--set", f"preprocess.{key}={json.dumps(value)}")]
 NEAR_COPY_TAIL = " See also the policy module."
 
 

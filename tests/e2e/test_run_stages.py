@@ -1,7 +1,7 @@
 """`shardline run` as a user runs it: markers, skipping, rerunning only what changed, dry run, failure.
 
-One tiny run (a sixth of the demo corpus, with quality rules on, one epoch) is built once; the tests then rerun it in the
-order a user would, so they run in file order on the same run_dir.
+One tiny run (a sixth of the demo corpus, with quality rules on, one epoch) is built once; the tests
+then rerun it in the order a user would, so they run in file order on the same run_dir.
 """
 import json
 import os
