@@ -277,7 +277,7 @@ class QualityConfig(_Strict):
     near_dedup: NearDedupConfig | None = None
     """MinHash LSH near-duplicate removal; {} turns it on with FineWeb's parameters."""
     max_removed_fraction: float = Field(0.5, gt=0, le=1)
-    """A rule that would remove more than this share of the input records stops the job (a wrong threshold must not empty a corpus)."""
+    """A rule, or one filter's rules together, removing more than this share of the input records stops the job (a wrong threshold must not empty a corpus)."""
     num_removed_samples: int = Field(100, ge=0)
     """Removed documents kept per rule and read task in removed/, for `shardline inspect --removed RULE`."""
 

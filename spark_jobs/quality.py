@@ -104,16 +104,31 @@ def _removed_layout(removed: DataFrame) -> DataFrame:
 
 
 class RemovalCapError(ShardlineError):
-    """A quality rule removed more of the corpus than quality.max_removed_fraction allows."""
+    """A quality rule, or one filter's rules together, removed more of the corpus than
+    quality.max_removed_fraction allows."""
 
 
 def check_removal_caps(input_records: int, removed_by_rule: dict[str, int], max_fraction: float) -> None:
     """Stop the job, before anything is tokenized or published, when one rule removed more than
-    max_fraction of the input records: a wrong threshold must not silently empty a corpus."""
-    for rule, count in sorted(removed_by_rule.items(), key=lambda item: (-item[1], item[0])):
-        if input_records and count / input_records > max_fraction:
-            raise RemovalCapError(
-                f"quality rule {rule} removed {count} of {input_records} input records "
-                f"({count / input_records:.1%}), over preprocess.quality.max_removed_fraction {max_fraction}; "
-                "check its threshold, or raise the cap"
-            )
+    max_fraction of the input records, or one filter did through its rules together (a wrong
+    threshold must not silently empty a corpus, whether one rule or several of a filter's fail)."""
+    if not input_records:
+        return
+    cap = f"over preprocess.quality.max_removed_fraction {max_fraction}"
+    for rule, count in _largest_first(removed_by_rule):
+        if count / input_records > max_fraction:
+            raise RemovalCapError(f"quality rule {rule} removed {count} of {input_records} input records "
+                                  f"({count / input_records:.1%}), {cap}; check its threshold, or raise the cap")
+    by_filter: dict[str, dict[str, int]] = {}
+    for rule, count in removed_by_rule.items():
+        by_filter.setdefault(rule.split(".", 1)[0], {})[rule] = count
+    for name, total in _largest_first({name: sum(rules.values()) for name, rules in by_filter.items()}):
+        if total / input_records > max_fraction:
+            each = ", ".join(f"{rule} {count}" for rule, count in _largest_first(by_filter[name]))
+            raise RemovalCapError(f"quality filter {name} removed {total} of {input_records} input records "
+                                  f"({total / input_records:.1%}: {each}), {cap}; check its thresholds, "
+                                  "or raise the cap")
+
+
+def _largest_first(counts: dict[str, int]) -> list[tuple[str, int]]:
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))

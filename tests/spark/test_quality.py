@@ -1,6 +1,7 @@
 """Corpus quality in the job (preprocess.quality): removals counted by rule, sampled into removed/,
 capped, done before the tokenizer is trained; the language kept as a column."""
 import hashlib
+import re
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -193,6 +194,28 @@ def test_a_rule_removing_more_than_the_cap_stops_the_job_and_a_sample_still_coun
     assert len(per_file_rule) == len(set(per_file_rule))  # at most one sample per rule and task
     assert manifest.removed_by_rule["gopher_quality.short_doc"] > len(manifest.removed_files) >= 1
     assert len(rows) < sum(manifest.removed_by_rule.values())
+
+
+def test_a_filter_whose_rules_together_remove_more_than_the_cap_stops_the_job(spark, tmp_path, docstring_records):
+    """gopher_repetition at its published thresholds removes about two fifths of these docstrings,
+    through three top-n-gram rules that each remove about a fifth: the filter is over a cap of 0.3,
+    no rule of it is."""
+    records, _, _ = _corpus(docstring_records)
+    corpus = write_jsonl(records, tmp_path / "corpus.jsonl")
+    config = _config(tmp_path, corpus, c4=None, language=None, near_dedup=None, gopher_repetition={},
+                     max_removed_fraction=0.3)
+    with pytest.raises(RemovalCapError) as refused:
+        build_dataset(spark, config)
+    message = str(refused.value)
+    found = re.fullmatch(rf"quality filter gopher_repetition removed (\d+) of {len(records)} input records "
+                         r"\(\d+\.\d%: (.*)\), over preprocess.quality.max_removed_fraction 0.3; check its "
+                         r"thresholds, or raise the cap", message)
+    assert found, message
+    rules = {rule: int(count) for rule, count in (part.rsplit(" ", 1) for part in found[2].split(", "))}
+    assert len(rules) >= 2 and all(rule.startswith("gopher_repetition.") for rule in rules)
+    assert sum(rules.values()) == int(found[1]) > 0.3 * len(records)
+    assert max(rules.values()) <= 0.3 * len(records)
+    assert not storage.exists(storage.join(config.dataset_dir, contract.SUCCESS_FILE))
 
 
 @pytest.mark.e2e  # spark-submit in its own JVM
