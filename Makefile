@@ -25,4 +25,4 @@ test-quick:
 # Regenerates docs/config.md from the config models (a test fails while it is stale).
 config-docs:
 	./scripts/setup.sh
-	"$$(. scripts/stack.sh && stack_pick 2>/dev/null && stack_venv "$$STACK")/bin/python" -m pipeline.config_reference --write
+	bash -c '. scripts/stack.sh && stack_pick 2>/dev/null && "$$(stack_venv "$$STACK")/bin/python" -m pipeline.config_reference --write'
