@@ -239,6 +239,8 @@ class LanguageConfig(_Strict):
     """A kept language's score below this: removed as language.low_score."""
     max_chars: int = Field(2000, ge=1)
     """Characters of a document the model reads (its start); fastText's cost grows with the text."""
+    before_filters: bool = False
+    """Identify the language before the heuristic filters (FineWeb's order), not after: cheaper where most documents are in languages not kept, dearer where most are kept and the filters remove many. The same documents are kept; one that both would remove counts as language.*."""
 
 
 class NearDedupConfig(_Strict):

@@ -4,8 +4,9 @@ Pure DataFrame -> DataFrame functions. A removed record is not dropped here: it 
 the quality rule that removed it (records that are rejects keep their reject_reason instead and are
 never looked at), and the job's removal writer counts every one by rule and keeps a sample in
 removed/ (shard.write_removed). Order, cheap first: the heuristic filters (text_filters), then the
-language of what they kept, then near-duplicates among what is still kept; all before the tokenizer
-is trained, so its vocabulary sees only kept text.
+language of what they kept (or the language first, with language.before_filters), then
+near-duplicates among what is still kept; all before the tokenizer is trained, so its vocabulary
+sees only kept text.
 """
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ REMOVED_COLUMNS = [SOURCE, OFFSET, REMOVED_BY, TEXT, LABEL_RAW, LANGUAGE, LANGUA
 
 def mark_removals(records: DataFrame, quality: QualityConfig) -> DataFrame:
     """removed_by (and, with quality.language, language and language_score) on every record that is
-    not a reject: the first heuristic rule it fails, else its language's verdict. One Python pass over
-    the text, in the task that read it."""
+    not a reject: the first heuristic rule it fails, else its language's verdict (with
+    language.before_filters, the language's verdict first). One Python pass over the text, in the
+    task that read it."""
     if not quality.filters_active and quality.language is None:
         return records.withColumn(REMOVED_BY, F.lit(None).cast("string"))
     fields = [T.StructField(REMOVED_BY, T.StringType())]
@@ -45,18 +47,25 @@ def mark_removals(records: DataFrame, quality: QualityConfig) -> DataFrame:
     def mark(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         filters = text_filters.TextFilters(quality)
         identifier = language.LanguageIdentifier(quality.language) if quality.language is not None else None
+        language_first = identifier is not None and quality.language.before_filters
         for batch in batches:
             texts = batch.column(text_index).to_pylist()
             rejected = batch.column(reason_index).to_pylist()
             reasons = [None] * len(texts)
             languages, scores = [None] * len(texts), [None] * len(texts)
+
+            def language_verdict(row: int, text: str) -> str | None:
+                languages[row], scores[row] = identifier.identify(text)
+                return identifier.removal_reason(languages[row], scores[row])
+
             for row, (text, reject) in enumerate(zip(texts, rejected)):
                 if reject is not None or text is None:
                     continue
-                reason = filters.removal_reason(text) if filters.active else None
-                if reason is None and identifier is not None:
-                    languages[row], scores[row] = identifier.identify(text)
-                    reason = identifier.removal_reason(languages[row], scores[row])
+                reason = language_verdict(row, text) if language_first else None
+                if reason is None and filters.active:
+                    reason = filters.removal_reason(text)
+                if reason is None and identifier is not None and not language_first:
+                    reason = language_verdict(row, text)
                 reasons[row] = reason
             extra = [pa.array(reasons, pa.string())]
             if identifier is not None:

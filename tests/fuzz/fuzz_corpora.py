@@ -377,7 +377,8 @@ def corpora(draw) -> Corpus:
 
 _share = st.floats(0, 1)
 _language = st.fixed_dictionaries({
-    "keep": st.lists(st.sampled_from(["en", "de", "fr", "ja"]), min_size=1, max_size=2, unique=True), "min_score": _share})
+    "keep": st.lists(st.sampled_from(["en", "de", "fr", "ja"]), min_size=1, max_size=2, unique=True), "min_score": _share,
+    "before_filters": st.booleans()})
 
 
 def _rule(draw, settings: dict) -> dict | None:

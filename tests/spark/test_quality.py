@@ -196,6 +196,29 @@ def test_a_rule_removing_more_than_the_cap_stops_the_job_and_a_sample_still_coun
     assert len(rows) < sum(manifest.removed_by_rule.values())
 
 
+def test_the_language_before_the_filters_keeps_the_same_documents_and_credits_the_language(spark, tmp_path,
+                                                                                           docstring_records):
+    """language.before_filters changes only which rule a document both would remove counts under:
+    German lorem ipsum is c4's in the default order, the language's with the language first."""
+    records, _, _ = _corpus(docstring_records)
+    german_lorem = GERMAN + " Lorem ipsum dolor sit amet, consectetur adipiscing elit."
+    corpus = write_jsonl(records + [{"text": german_lorem, "label": "logging"}], tmp_path / "corpus.jsonl")
+    removed = {}
+    for first in (False, True):
+        language = {"keep": ["en"], "min_score": 0.3, "before_filters": first}
+        config = _config(tmp_path / str(first), corpus, language=language)
+        manifest = build_dataset(spark, config)
+        removed[first] = {row["text"]: row for row in listed_rows(config.dataset_dir, manifest.removed_files)}
+        assert sum(manifest.removed_by_rule.values()) == len(removed[first])  # every removal sampled
+    assert removed[False].keys() == removed[True].keys()  # the same documents removed, so the same kept
+    moved = {text: (removed[False][text]["removed_by"], row["removed_by"]) for text, row in removed[True].items()
+             if row["removed_by"] != removed[False][text]["removed_by"]}
+    assert moved[german_lorem] == ("c4.lorem_ipsum", "language.other")
+    assert all(after.startswith("language.") and not before.startswith("language.") for before, after in moved.values())
+    assert removed[True][german_lorem]["language"] == "de"  # identified, as every document is now
+    assert removed[False][german_lorem]["language"] is None
+
+
 def test_a_filter_whose_rules_together_remove_more_than_the_cap_stops_the_job(spark, tmp_path, docstring_records):
     """gopher_repetition at its published thresholds removes about two fifths of these docstrings,
     through three top-n-gram rules that each remove about a fifth: the filter is over a cap of 0.3,
