@@ -289,7 +289,8 @@ def bench_near(workdir: Path, num_planted: int, seed: int) -> None:
         kept = [by_id.get(removed[text]["duplicate_of"]) for text in unplanned]
         to_kept = [(round(jaccard(text, page), 2) if page is not None else None, round(value, 2))
                    for text, page, value in zip(unplanned, kept, best) if value < BANDS_THRESHOLD]
-        print(f"  false positives, (true Jaccard to the page kept in their place, best): {sorted(to_kept)}")
+        print(f"  false positives, (true Jaccard to the page kept in their place, best): "
+              f"{sorted(to_kept, key=lambda pair: (pair[0] is None, pair))}")  # None: kept page not found
 
 
 PERMISSIVE = {  # every rule computed, none removes: the most work the filters can do
