@@ -56,7 +56,7 @@ _WORD_BASE = 0x100000001B3  # odd: invertible mod 2^64 (the FNV prime)
 _WORD_BASE_INVERSE = pow(_WORD_BASE, -1, 1 << 64)
 _SHINGLE_BASE = 0x9E3779B97F4A7C15  # odd (the golden ratio constant)
 _CHUNK_CHARS = 1 << 21  # texts are shingled about this many characters at a time (bounded memory)
-_CHUNK_SHINGLES = 1 << 10  # rows of the (shingles x permutations) matrix computed at once: 0.9 MB, cache-sized
+_CHUNK_SHINGLES = 1 << 10  # shingles (columns of the permutations x shingles matrix) at once: 0.9 MB, cache-sized
 
 
 def fmix64(x: np.ndarray) -> np.ndarray:
