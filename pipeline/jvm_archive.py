@@ -8,6 +8,9 @@ runs one small job took 6.6-8.8 s and 11.3-14.7 CPU-s without it, 4.2-5.5 s and 
 with it; `shardline preprocess` on 47.6 MB used 1.7-7.9 CPU-s less (3 pairs). The archive fits one
 JDK and one set of jars, so its file name hashes both (`archive_path`); when none matches, the JVM
 starts as before, and one the JVM finds stale anyway it refuses with a warning line and goes on.
+Each archive is 130-170 MB and every new virtual environment gets its own (its jars' paths differ),
+so each build also removes the archives whose JDK or jars are gone or changed (`prune`): a machine
+that recreates its environments, as CI does, would otherwise fill its disk with them.
 
     python -m pipeline.jvm_archive        # build it (scripts/setup.sh does), print its path
 
@@ -62,12 +65,48 @@ def archive_key(java: Path, jars: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+ARCHIVE_GLOB = "spark-driver-*.jsa"
+
+
 def archive_path() -> Path | None:
     """Where the archive for this JDK and these jars is (or goes); None without java or pyspark."""
     java, jars = java_executable(), spark_jars_dir()
     if java is None or jars is None or not jars.is_dir():
         return None
     return cache_dir() / "jvm" / f"spark-driver-{archive_key(java, jars)}.jsa"
+
+
+def source_path(archive: Path) -> Path:
+    """Beside each archive: the JDK and the jars folder it was built from, one a line."""
+    return archive.with_suffix(".source")
+
+
+def record_source(archive: Path, java: Path, jars: Path) -> None:
+    source_path(archive).write_text(f"{java}\n{jars}\n")
+
+
+def is_stale(archive: Path) -> bool:
+    """True when no JDK and jars hash to this archive's key any more: its source's JDK or jars
+    folder is gone, a jar changed, or it has no source (built before sources were recorded)."""
+    try:
+        java, jars = (Path(line) for line in source_path(archive).read_text().splitlines())
+    except (OSError, ValueError):
+        return True
+    if not java.exists() or not jars.is_dir():
+        return True
+    return archive.name != f"spark-driver-{archive_key(java, jars)}.jsa"
+
+
+def prune(folder: Path, keep: Path) -> list[Path]:
+    """Remove every stale archive in folder but keep, with its source; return those removed. A
+    JVM still running from one keeps its mapping (the file goes when it exits)."""
+    removed = []
+    for archive in sorted(folder.glob(ARCHIVE_GLOB)):
+        if archive != keep and is_stale(archive):
+            archive.unlink(missing_ok=True)
+            source_path(archive).unlink(missing_ok=True)
+            removed.append(archive)
+    return removed
 
 
 QUICK_JIT_OPTION = "-XX:TieredStopAtLevel=1"  # C1 only: no C2 compiles
@@ -110,7 +149,7 @@ def driver_conf(spark: SparkConfig, input_bytes: int | None = None) -> dict[str,
 
 
 def build(path: Path) -> Path:
-    """Run a small real `preprocess` (a tokenizer trained on stdlib docstrings, clean, dedup,
+    """Run a small real `preprocess` (a tokenizer trained on the demo corpus, clean, dedup,
     split, shards) under spark-submit, with the JVM writing the classes it loaded to `path` at exit."""
     from pipeline import demo, driver, launch
     from pipeline.config import load_config, save_config
@@ -149,6 +188,14 @@ def main() -> int:
         except (OSError, RuntimeError, subprocess.SubprocessError) as error:  # only start-up time is lost: set-up goes on
             print(f"jvm_archive: not built ({error}); the driver's JVM starts without an archive", file=sys.stderr)
             return 0
+    try:
+        record_source(path, java_executable(), spark_jars_dir())  # both found: archive_path is not None
+        removed = prune(path.parent, keep=path)
+    except OSError as error:  # a cache we cannot write costs disk, not the set-up
+        print(f"jvm_archive: stale archives not removed ({error})", file=sys.stderr)
+    else:
+        if removed:
+            print(f"jvm_archive: removed {len(removed)} archive(s) of JDKs or Spark jars no longer here", file=sys.stderr)
     print(path)
     return 0
 

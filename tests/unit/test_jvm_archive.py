@@ -3,6 +3,8 @@ driver's Java options name it."""
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +90,52 @@ def test_the_quick_jit_option_follows_the_users_options_and_the_archive(archive)
     assert jvm_archive.driver_conf(SparkConfig(master="local[2]"), SMALL) == {
         "spark.driver.extraJavaOptions": jvm_archive.QUICK_JIT_OPTION}
     assert jvm_archive.driver_conf(SparkConfig(master="local[2]"), BIG) == {}
+
+
+def stand_in_archive(cache: Path, java: Path, jars: Path, record: bool = True) -> Path:
+    """An archive file named for java and jars as they are now, with its source recorded."""
+    path = cache / "jvm" / f"spark-driver-{jvm_archive.archive_key(java, jars)}.jsa"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"archive")
+    if record:
+        jvm_archive.record_source(path, java, jars)
+    return path
+
+
+def spark_install(folder: Path) -> Path:
+    (folder / "jars").mkdir(parents=True)
+    (folder / "jars" / "spark-core.jar").write_bytes(b"x")
+    return folder / "jars"
+
+
+def test_a_build_removes_the_archives_of_jdks_and_jars_no_longer_here(tmp_path):
+    java = tmp_path / "java"
+    java.write_bytes(b"")
+    cache = tmp_path / "cache"
+    current = stand_in_archive(cache, java, spark_install(tmp_path / "venv"))
+    other_live = stand_in_archive(cache, java, spark_install(tmp_path / "other-venv"))
+    deleted_venv = stand_in_archive(cache, java, spark_install(tmp_path / "deleted-venv"))
+    shutil.rmtree(tmp_path / "deleted-venv")
+    upgraded_jars = spark_install(tmp_path / "upgraded-venv")
+    upgraded = stand_in_archive(cache, java, upgraded_jars)
+    (upgraded_jars / "spark-core.jar").write_bytes(b"a newer jar")
+    gone_jdk_java = tmp_path / "old-java"
+    gone_jdk_java.write_bytes(b"")
+    gone_jdk = stand_in_archive(cache, gone_jdk_java, tmp_path / "venv" / "jars")
+    gone_jdk_java.unlink()
+    unrecorded = stand_in_archive(cache, java, spark_install(tmp_path / "older-shardline"), record=False)
+
+    removed = jvm_archive.prune(cache / "jvm", keep=current)
+
+    assert removed == sorted([deleted_venv, upgraded, gone_jdk, unrecorded])
+    assert sorted(path.name for path in (cache / "jvm").iterdir()) == sorted(
+        [current.name, jvm_archive.source_path(current).name, other_live.name, jvm_archive.source_path(other_live).name])
+
+
+def test_setup_keeps_the_archive_it_names_and_records_its_source(archive, capsys):
+    stale = archive.with_name("spark-driver-0000000000000000.jsa")
+    stale.write_bytes(b"")
+    assert jvm_archive.main() == 0
+    assert capsys.readouterr().out.strip() == str(archive)
+    assert sorted(archive.parent.iterdir()) == [archive, jvm_archive.source_path(archive)]
+    assert not jvm_archive.is_stale(archive)
