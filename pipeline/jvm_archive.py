@@ -68,12 +68,16 @@ def archive_key(java: Path, jars: Path) -> str:
 ARCHIVE_GLOB = "spark-driver-*.jsa"
 
 
+def archive_name(java: Path, jars: Path) -> str:
+    return f"spark-driver-{archive_key(java, jars)}.jsa"
+
+
 def archive_path() -> Path | None:
     """Where the archive for this JDK and these jars is (or goes); None without java or pyspark."""
     java, jars = java_executable(), spark_jars_dir()
     if java is None or jars is None or not jars.is_dir():
         return None
-    return cache_dir() / "jvm" / f"spark-driver-{archive_key(java, jars)}.jsa"
+    return cache_dir() / "jvm" / archive_name(java, jars)
 
 
 def source_path(archive: Path) -> Path:
@@ -94,7 +98,7 @@ def is_stale(archive: Path) -> bool:
         return True
     if not java.exists() or not jars.is_dir():
         return True
-    return archive.name != f"spark-driver-{archive_key(java, jars)}.jsa"
+    return archive.name != archive_name(java, jars)
 
 
 def prune(folder: Path, keep: Path) -> list[Path]:

@@ -94,7 +94,7 @@ def test_the_quick_jit_option_follows_the_users_options_and_the_archive(archive)
 
 def stand_in_archive(cache: Path, java: Path, jars: Path, record: bool = True) -> Path:
     """An archive file named for java and jars as they are now, with its source recorded."""
-    path = cache / "jvm" / f"spark-driver-{jvm_archive.archive_key(java, jars)}.jsa"
+    path = cache / "jvm" / jvm_archive.archive_name(java, jars)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"archive")
     if record:
