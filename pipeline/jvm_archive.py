@@ -177,6 +177,8 @@ def build(path: Path) -> Path:
             partial.unlink(missing_ok=True)
             raise RuntimeError(f"spark-submit exited {result.returncode} without an archive: "
                                + (result.stderr.strip().splitlines() or ["no output"])[-1])
+        # The source first: a set-up pruning beside this one never sees the archive without it.
+        record_source(path, java_executable(), spark_jars_dir())
         os.replace(partial, path)  # a local cache file: the driver never sees a half-written archive
     return path
 
@@ -193,7 +195,8 @@ def main() -> int:
             print(f"jvm_archive: not built ({error}); the driver's JVM starts without an archive", file=sys.stderr)
             return 0
     try:
-        record_source(path, java_executable(), spark_jars_dir())  # both found: archive_path is not None
+        if not source_path(path).exists():  # built before sources were recorded
+            record_source(path, java_executable(), spark_jars_dir())
         removed = prune(path.parent, keep=path)
     except OSError as error:  # a cache we cannot write costs disk, not the set-up
         print(f"jvm_archive: stale archives not removed ({error})", file=sys.stderr)

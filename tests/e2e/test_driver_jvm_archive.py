@@ -47,6 +47,7 @@ def built_archive():
     assert path is not None, "java and pyspark are both installed in this environment"
     if not path.exists():  # scripts/setup.sh builds it; a test run without set-up builds it here
         jvm_archive.build(path)
+    assert not jvm_archive.is_stale(path)  # its source is recorded, so no other set-up's prune removes it
     return path
 
 
