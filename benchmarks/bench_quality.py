@@ -1,6 +1,7 @@
 """Corpus quality: how well near-duplicates and languages are found, and what the quality stages cost.
 
     python benchmarks/bench_quality.py [--parts language,near,filters,cost,scaling] [--copies 4] [--workdir runs/bench-quality]
+        [--join 1] [--task classification|causal_lm]
 
 Corpora (offline, from Debian packages, see corpora.py):
 - language: paragraphs of >= 200 characters of the manual pages in English (manpages, manpages-dev)
@@ -28,7 +29,13 @@ Corpora (offline, from Debian packages, see corpora.py):
   prefix, so near-dedup removes all but one copy of each entry: the tokenizing stage then has less to
   do, so the ratio is also given as (job without + the seconds the quality work added) / job
   without, the cost if nothing were removed. Filter thresholds are set so that every rule is computed
-  and none removes (the most work: no early exit).
+  and none removes (the most work: no early exit). `--join N` makes each document N consecutive
+  entries joined by blank lines (N = 12: ~3,800 characters, a web page's text, in 1/N as many
+  documents): the per-document costs (band rows, candidate pairs, Spark rows) then weigh 1/N as
+  much against the per-character ones (tokenizer, filters, lid.176, shingles). `--task causal_lm`
+  tokenizes every document whole, as a pre-training corpus is (packed into max_length blocks);
+  `classification` pads and cuts each to max_length tokens, so with --join it tokenizes a fraction
+  of what the filters read.
 - scaling: the near-dedup stage's seconds (manifest stage_seconds "quality", only near_dedup on) on
   local[1], local[2] and local[1] with the whole process tree pinned to one core (local[1] alone keeps
   more than one core busy), GCIDE x --copies, and its phases' (the Spark job descriptions the job
@@ -211,17 +218,18 @@ def phase_seconds(spark) -> dict[str, float]:
 
 
 def build(master: str, corpus: Path, run_dir: Path, quality: dict | None, collapse: bool = False,
-          phases: dict | None = None):
+          phases: dict | None = None, task: str = "classification"):
     """(seconds, manifest, config) of one build on a fresh session; phases, when given, gets
     phase_seconds of the build."""
     from pipeline.config import build_config
     from spark_jobs.preprocess import build_dataset
 
-    preprocess = {"max_length": 128, "collapse_whitespace": collapse}
+    preprocess = {"max_length": 128, "collapse_whitespace": collapse, "task": task}
     if quality is not None:
         preprocess["quality"] = quality
-    config = build_config({"run_dir": str(run_dir), "data": {"input": str(corpus), "label_column": "label"},
-                           "tokenizer": {"path": TOKENIZER}, "preprocess": preprocess})
+    data = {"input": str(corpus), "label_column": "label" if task == "classification" else None}
+    config = build_config({"run_dir": str(run_dir), "data": data, "tokenizer": {"path": TOKENIZER},
+                           "preprocess": preprocess})
     shutil.rmtree(run_dir, ignore_errors=True)
     spark = session(master)
     try:
@@ -306,22 +314,29 @@ PERMISSIVE = {  # every rule computed, none removes: the most work the filters c
 }
 
 
-def gcide_corpus(workdir: Path, copies: int) -> Path:
-    corpus = workdir / f"gcide-x{copies}.jsonl"
+def gcide_corpus(workdir: Path, copies: int, join: int = 1) -> Path:
+    """GCIDE x copies as JSONL; with join > 1, each document is join consecutive entries (the first's
+    headword names it) separated by blank lines."""
+    corpus = workdir / (f"gcide-x{copies}.jsonl" if join == 1 else f"gcide-x{copies}-joined{join}.jsonl")
     if not corpus.exists():
-        corpora.write_jsonl(corpora.gcide_entries(workdir), corpus, copies=copies)
+        entries = corpora.gcide_entries(workdir)
+        if join > 1:
+            entries = [(entries[i][0], "\n\n".join(text for _, text in entries[i:i + join]))
+                       for i in range(0, len(entries), join)]
+        corpora.write_jsonl(entries, corpus, copies=copies)
     return corpus
 
 
-def bench_cost(workdir: Path, copies: int) -> None:
-    corpus = gcide_corpus(workdir, copies)
+def bench_cost(workdir: Path, copies: int, join: int = 1, task: str = "classification") -> None:
+    corpus = gcide_corpus(workdir, copies, join)
     build("local[2]", gcide_corpus(workdir, 1), workdir / "warm", None)  # JIT and caches warm
-    off_seconds, off, _ = build("local[2]", corpus, workdir / "off", None)
+    off_seconds, off, _ = build("local[2]", corpus, workdir / "off", None, task=task)
     quality = {**PERMISSIVE, "near_dedup": {}, "max_removed_fraction": 1.0}
     language = {"keep": ["en", "la", "fr", "de"], "min_score": 0.0}  # a dictionary quotes other languages
-    on_seconds, on, _ = build("local[2]", corpus, workdir / "on", {**quality, "language": language})
+    on_seconds, on, _ = build("local[2]", corpus, workdir / "on", {**quality, "language": language}, task=task)
     added = on.stage_seconds.get("quality", 0.0) + on.stage_seconds["read_clean"] - off.stage_seconds["read_clean"]
-    print(f"cost: GCIDE x{copies}, {off.input_records} documents, local[2]")
+    shape = f" joined {join} at a time" if join > 1 else ""
+    print(f"cost: GCIDE x{copies}{shape}, {off.input_records} documents, {task}, local[2]")
     print(f"  without quality: {off_seconds:.1f} s  stages {off.stage_seconds}")
     print(f"  every filter, language and near-dedup: {on_seconds:.1f} s  stages {on.stage_seconds}")
     print(f"  removed by rule: {on.removed_by_rule}")
@@ -420,6 +435,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-language", type=int, default=1000)
     parser.add_argument("--planted", type=int, default=100, help="planted pairs of each kind")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--join", type=int, default=1, help="cost: documents of this many GCIDE entries each")
+    parser.add_argument("--task", default="classification", choices=("classification", "causal_lm"),
+                        help="cost: the preprocess task of both jobs")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -432,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     if "filters" in parts:
         bench_filters(workdir)
     if "cost" in parts:
-        bench_cost(workdir, args.copies)
+        bench_cost(workdir, args.copies, args.join, args.task)
     if "scaling" in parts:
         bench_scaling(workdir, args.copies)
     return 0
