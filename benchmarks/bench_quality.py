@@ -314,6 +314,11 @@ PERMISSIVE = {  # every rule computed, none removes: the most work the filters c
 }
 
 
+def joined(texts: list[str], n: int) -> list[str]:
+    """texts n at a time, separated by blank lines: 12 GCIDE entries make a web page's length."""
+    return ["\n\n".join(texts[i:i + n]) for i in range(0, len(texts), n)]
+
+
 def gcide_corpus(workdir: Path, copies: int, join: int = 1) -> Path:
     """GCIDE x copies as JSONL; with join > 1, each document is join consecutive entries (the first's
     headword names it) separated by blank lines."""
@@ -321,8 +326,8 @@ def gcide_corpus(workdir: Path, copies: int, join: int = 1) -> Path:
     if not corpus.exists():
         entries = corpora.gcide_entries(workdir)
         if join > 1:
-            entries = [(entries[i][0], "\n\n".join(text for _, text in entries[i:i + join]))
-                       for i in range(0, len(entries), join)]
+            words, texts = zip(*entries)
+            entries = list(zip(words[::join], joined(list(texts), join)))
         corpora.write_jsonl(entries, corpus, copies=copies)
     return corpus
 
@@ -355,7 +360,7 @@ def bench_filters(workdir: Path, entries: int = 40_000) -> None:
     identifier = language.LanguageIdentifier(quality.language)
     every = text_filters.TextFilters(quality)
     for label, docs in (("GCIDE entries", texts),
-                        ("entries joined 12 at a time", ["\n\n".join(texts[i:i + 12]) for i in range(0, len(texts), 12)])):
+                        ("entries joined 12 at a time", joined(texts, 12))):
         words = [text_filters.spacy_english_words(text) for text in docs]  # warms the chunk cache as a worker's is
 
         def per_doc(work) -> float:
