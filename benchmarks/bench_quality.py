@@ -334,7 +334,7 @@ def gcide_corpus(workdir: Path, copies: int, join: int = 1) -> Path:
 
 def bench_cost(workdir: Path, copies: int, join: int = 1, task: str = "classification") -> None:
     corpus = gcide_corpus(workdir, copies, join)
-    build("local[2]", gcide_corpus(workdir, 1), workdir / "warm", None)  # JIT and caches warm
+    build("local[2]", gcide_corpus(workdir, 1, join), workdir / "warm", None, task=task)  # JIT and caches warm, same paths
     off_seconds, off, _ = build("local[2]", corpus, workdir / "off", None, task=task)
     quality = {**PERMISSIVE, "near_dedup": {}, "max_removed_fraction": 1.0}
     language = {"keep": ["en", "la", "fr", "de"], "min_score": 0.0}  # a dictionary quotes other languages
