@@ -277,8 +277,10 @@ def spark_floor(master: str, corpus: Path, run_dir: Path, max_length: int) -> tu
     task_started.unlink(missing_ok=True)
     command = [*launch.spark_submit_args(config, corpus.stat().st_size), str(script), str(task_started), str(job_ended)]
     launched = time.time()
-    subprocess.run(command, check=True, capture_output=True)
+    out = subprocess.run(command, capture_output=True, text=True)
     exited = time.time()
+    if out.returncode:
+        raise RuntimeError(out.stderr[-3000:])
     first_task = min(float(line) for line in task_started.read_text().split())
     return first_task - launched, exited - float(job_ended.read_text())
 
