@@ -115,8 +115,8 @@ def prune(folder: Path, keep: Path) -> list[Path]:
 
 QUICK_JIT_OPTION = "-XX:TieredStopAtLevel=1"  # C1 only: no C2 compiles
 # Below this much input C2's compiles cost a local job more than its faster code wins back. Whole
-# `shardline preprocess` on 2 cores (GCIDE, see README): 47.6 MB 34.2 -> 29.4 s, 190 MB 72.8 ->
-# 65.6 s, 367 MB 115.3 -> 116.6 s (about even).
+# `shardline preprocess` on 2 cores (GCIDE, see docs/performance.md): 47.6 MB 34.2 -> 29.4 s,
+# 190 MB 72.8 -> 65.6 s, 367 MB 115.3 -> 116.6 s (about even).
 QUICK_JIT_MAX_INPUT_BYTES = 256 << 20
 
 

@@ -1,4 +1,5 @@
-"""The README names only config keys that exist, and its first screen keeps the two set-up commands."""
+"""The README (and docs/performance.md, its measurements) names only config keys that exist, and its first
+screen keeps the two set-up commands."""
 import re
 from pathlib import Path
 
@@ -8,6 +9,7 @@ from pydantic import BaseModel
 from pipeline.config import ShardlineConfig
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+PERFORMANCE = README.parent / "docs" / "performance.md"  # the README's measurements, in full
 SECTIONS = "|".join(ShardlineConfig.model_fields) + "|driver"  # driver.* once appeared here without existing
 # A dotted key: a top-level section, then names (or `*`); not part of a path or a longer word.
 DOTTED_KEY = re.compile(rf"(?<![\w./:-])((?:{SECTIONS})(?:\.(?:[A-Za-z_]\w*|\*))+)(?![\w/-])")
@@ -48,9 +50,10 @@ def test_key_check_tells_real_keys_from_made_up_ones():
         True, True, True, False, False]
 
 
-def test_every_config_key_the_readme_names_exists():
-    keys = readme_keys(README.read_text())
-    assert len(keys) > 20  # the extraction finds the README's keys at all
+@pytest.mark.parametrize("doc, least", [(README, 20), (PERFORMANCE, 3)], ids=["README", "performance"])
+def test_every_config_key_the_docs_name_exists(doc, least):
+    keys = readme_keys(doc.read_text())
+    assert len(keys) > least  # the extraction finds the document's keys at all
     assert sorted(key for key in keys if not key_exists(key)) == []
 
 
