@@ -245,7 +245,8 @@ def whole_process(master: str, corpus: Path, run_dir: Path, max_length: int) -> 
 
 # The least any Spark job pays on top of its work: spark-submit with `shardline preprocess`'s own
 # options, a session, one job whose two tasks run a Python function (as every task of preprocess
-# does), and the driver's stop, with none of shardline's imports. It writes when the first task's function ran and when the job ended.
+# does), and the driver's stop, with none of shardline's imports. It writes down when the first
+# task's function ran and when the job ended.
 FLOOR_JOB = textwrap.dedent("""
     import sys, time
     from pyspark.sql import SparkSession
