@@ -377,12 +377,13 @@ def bench_filters(workdir: Path, entries: int = 40_000) -> None:
                 doc = text_filters._Doc(text)
                 doc._words = tokens
                 prepared.append(doc)
-            return per_doc(lambda: [check(cfg, doc) for doc in prepared])
+            return per_doc(lambda: check(cfg, prepared))
 
         figures = {"words": per_doc(lambda: [text_filters.spacy_english_words(text) for text in docs])}
-        for name, check in (("gopher_quality", text_filters._gopher_quality),
-                            ("gopher_repetition", text_filters._gopher_repetition),
-                            ("c4", text_filters._c4), ("fineweb", text_filters._fineweb)):
+        for name, check in (("gopher_quality", text_filters._EachDocument(text_filters._gopher_quality)),
+                            ("gopher_repetition", text_filters._gopher_repetition),  # the whole corpus at once
+                            ("c4", text_filters._EachDocument(text_filters._c4)),
+                            ("fineweb", text_filters._EachDocument(text_filters._fineweb))):
             figures[name] = with_words(check, getattr(quality, name))
         figures["all four, words included"] = per_doc(lambda: every(docs))
         figures["language"] = per_doc(lambda: [identifier.identify(text) for text in docs])

@@ -53,20 +53,26 @@ def mark_removals(records: DataFrame, quality: QualityConfig) -> DataFrame:
             rejected = batch.column(reason_index).to_pylist()
             reasons = [None] * len(texts)
             languages, scores = [None] * len(texts), [None] * len(texts)
+            undecided = [row for row, (text, reject) in enumerate(zip(texts, rejected))
+                         if reject is None and text is not None]
 
-            def language_verdict(row: int, text: str) -> str | None:
-                languages[row], scores[row] = identifier.identify(text)
-                return identifier.removal_reason(languages[row], scores[row])
+            def judge(rows: list[int], verdicts: list) -> list[int]:
+                """Records each row's verdict; the rows still kept."""
+                for row, verdict in zip(rows, verdicts):
+                    reasons[row] = verdict
+                return [row for row, verdict in zip(rows, verdicts) if verdict is None]
 
-            for row, (text, reject) in enumerate(zip(texts, rejected)):
-                if reject is not None or text is None:
-                    continue
-                reason = language_verdict(row, text) if language_first else None
-                if reason is None and filters.active:
-                    reason = filters.removal_reason(text)
-                if reason is None and identifier is not None and not language_first:
-                    reason = language_verdict(row, text)
-                reasons[row] = reason
+            def language_verdicts(rows: list[int]) -> list:
+                for row in rows:
+                    languages[row], scores[row] = identifier.identify(texts[row])
+                return [identifier.removal_reason(languages[row], scores[row]) for row in rows]
+
+            if language_first:
+                undecided = judge(undecided, language_verdicts(undecided))
+            if filters.active:
+                undecided = judge(undecided, filters([texts[row] for row in undecided]))
+            if identifier is not None and not language_first:
+                judge(undecided, language_verdicts(undecided))
             extra = [pa.array(reasons, pa.string())]
             if identifier is not None:
                 extra += [pa.array(languages, pa.string()), pa.array(scores, pa.float32())]

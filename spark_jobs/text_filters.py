@@ -27,8 +27,9 @@ datatrove with spaCy takes 9.5 / 10.3 / 3.1 / 3.3 ms. On 40,000 GCIDE entries (3
 a dictionary's markup: 45 % of the chunks need splitting) all four take 160 us a document, the
 words 50 us, with `_simple_split` taking "word," "[word" and the like past the regexes and
 gopher_repetition counting no longer n-grams once shorter ones are all distinct (196 and 73 us
-without either); since then the n-gram rules look only where shorter n-grams repeat
-(_WordNGrams), and `benchmarks/bench_quality.py --parts filters` gives each filter's cost.
+without either); since then the n-gram rules look only where shorter n-grams repeat, numbered
+for a run of documents at once (repeated_word_ngrams), and `benchmarks/bench_quality.py --parts
+filters` gives each filter's cost.
 Importing this module builds the regexes: 0.2 s once per Python worker.
 
 Deliberate differences from datatrove: a threshold of 0 is a threshold (datatrove's truthiness test
@@ -40,10 +41,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections import Counter
-from itertools import compress, count, repeat
-from operator import add, mul
+from itertools import chain
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 if TYPE_CHECKING:  # pipeline.config imports pydantic and yaml; the executors only need the values
     from pipeline.config import QualityConfig
@@ -542,8 +543,25 @@ def _gopher_quality(cfg, doc: _Doc) -> str | None:
     return None
 
 
-def _gopher_repetition(cfg, doc: _Doc) -> str | None:
-    text = doc.text
+def _gopher_repetition(cfg, docs: list[_Doc]) -> list[str | None]:
+    """The first gopher_repetition rule each document fails: its paragraph and line rules one
+    document at a time, then the word n-gram rules of those that pass, all at once."""
+    reasons = [_repeated_paragraphs_and_lines(cfg, doc.text) for doc in docs]
+    pending = [i for i, reason in enumerate(reasons) if reason is None]
+    if not pending or not (cfg.top_n_grams or cfg.dup_n_grams):
+        return reasons
+    top, duplicated = repeated_word_ngrams([docs[i].words for i in pending], cfg.top_n_grams, cfg.dup_n_grams)
+    top_rules = [(f"gopher_repetition.top_{n}_gram", frac, top[n].tolist()) for n, frac in sorted(cfg.top_n_grams.items())]
+    dup_rules = [(f"gopher_repetition.duplicated_{n}_n_grams", frac, duplicated[n].tolist())
+                 for n, frac in sorted(cfg.dup_n_grams.items())]
+    for j, i in enumerate(pending):
+        size = len(docs[i].text)
+        reasons[i] = next((rule for rule, frac, chars in top_rules if chars[j] >= 0 and chars[j] / size > frac),
+                          next((rule for rule, frac, chars in dup_rules if chars[j] / size > frac), None))
+    return reasons
+
+
+def _repeated_paragraphs_and_lines(cfg, text: str) -> str | None:
     if not text:
         return "gopher_repetition.empty"
     size = len(text)
@@ -559,102 +577,91 @@ def _gopher_repetition(cfg, doc: _Doc) -> str | None:
         return "gopher_repetition.dup_line_frac"
     if cfg.dup_line_char_frac is not None and chars / size > cfg.dup_line_char_frac:
         return "gopher_repetition.dup_line_char_frac"
-    grams = _WordNGrams(doc.words)
-    for n, frac in sorted(cfg.top_n_grams.items()):
-        if n > len(grams.ids):
-            continue  # no n-grams
-        positions, keys, counts = grams.repeated(n)
-        if positions:
-            # Counter keeps first-seen order among ties, as datatrove's most_common(1) over strings does.
-            key, occurrences = counts.most_common(1)[0]
-            position = positions[keys.index(key)]
-        else:
-            position, occurrences = 0, 1  # none repeats: the first n-gram, seen once
-        if (grams.chars(position, n) + n - 1) * occurrences / size > frac:
-            return f"gopher_repetition.top_{n}_gram"
-    for n, frac in sorted(cfg.dup_n_grams.items()):
-        if _repeated_ngram_chars(grams, n) / size > frac:
-            return f"gopher_repetition.duplicated_{n}_n_grams"
     return None
 
 
-class _WordNGrams:
-    """The word n-grams of one text that occur more than once, as ints: word ids (where the word
-    first occurs) in mixed radix (equal ints, equal n-grams), built in C-level maps, instead of the
-    joined strings datatrove counts. Words and 2-grams are counted whole. A longer n-gram at p can
-    repeat only where the (n-1)-grams at p and p + 1 both do, so each longer n looks at those
-    positions only (on GCIDE entries 18 % of the positions hold a repeated 2-gram, 4.8 % a repeated
-    4-gram). Against counting every n-gram of each n, gopher_repetition with its default rules took
-    80 us a GCIDE entry (64 words) either way, and 710 us instead of 1,530 on entries joined 12 at
-    a time (770 words, repeated markup): one core, both in one process."""
+def repeated_word_ngrams(word_lists: list[list[str]], top_ns, dup_ns) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """gopher_repetition's word n-gram figures for a batch of documents, for each n of top_ns and
+    dup_ns (one array each, a value per document):
+    - top[n]: (the characters of the most common n-gram's words + n - 1) times its occurrences, as
+      datatrove measures it: the n-gram seen first among ties, the first n-gram once when none
+      repeats; -1 when the document has fewer than n words;
+    - duplicated[n]: the characters of n-grams that repeat an earlier one, skipping past each
+      repeat (datatrove's find_all_duplicate).
 
-    def __init__(self, words: list[str]):
-        first_seen: dict[str, int] = {}
-        self.ids = list(map(first_seen.setdefault, words, count()))  # a word's id: where it first occurs
-        self.radix = max(len(words), 1)
-        self.lengths = list(map(len, words))
-        self._repeated: dict[int, tuple[list[int], list[int], Counter]] = {}
+    Vectorised over the whole batch: numbered in a Python loop per document, gopher_repetition
+    took 45.5 us a GCIDE entry and 552 us for entries joined 12 at a time; 27.0 and 334 us so (one
+    core, bench_quality.py --parts filters, the same decisions on every document). An
+    n-gram's number is a code of its (n-1)-gram's and its last word's, both scoped to the document;
+    pandas.factorize hashes them and codes in order of first appearance, so the smallest code among
+    ties is the n-gram seen first. A longer n-gram at p can repeat only where the (n-1)-grams at p
+    and p + 1 both do, so each n after 2 looks at those positions only (on GCIDE entries 18 % of the
+    positions hold a repeated 2-gram, 4.8 % a repeated 4-gram)."""
+    import pandas as pd  # here, not at the top: the driver imports this module, and pandas takes 0.3 s
 
-    def repeated(self, n: int) -> tuple[list[int], list[int], Counter]:
-        """(positions, in text order, of the n-grams that occur more than once; their ints; a
-        Counter whose most common, first seen among ties, is the text's most common n-gram when
-        any repeats)."""
-        found = self._repeated.get(n)
-        if found is None:
-            ids = self.ids
-            if n <= 2:  # every position
-                positions = range(len(ids) - n + 1)
-                keys = ids if n == 1 else list(map(add, map(mul, ids, repeat(self.radix)), ids[1:]))
-            else:
-                shorter, shorter_keys, _ = self.repeated(n - 1)
-                if not shorter:  # no (n-1)-gram repeats, so no n-gram does: nor any longer one
-                    self._repeated[n] = _NONE_REPEATED
-                    return _NONE_REPEATED
-                followed = list(map(set(shorter).__contains__, map((1).__add__, shorter)))
-                positions = list(compress(shorter, followed))
-                last_words = map(ids.__getitem__, map((n - 1).__add__, positions))
-                keys = list(map(add, map(mul, compress(shorter_keys, followed), repeat(self.radix)), last_words))
-            counts = Counter(keys)
-            found = self._repeated[n] = (*_occurring_twice(positions, keys, counts), counts)
-        return found
+    lengths = np.fromiter(map(len, word_lists), np.int64, len(word_lists))
+    words = list(chain.from_iterable(word_lists))
+    starts = np.cumsum(lengths) - lengths
+    document = np.repeat(np.arange(len(word_lists), dtype=np.int64), lengths)  # each position's
+    end = (starts + lengths)[document]  # each position's document end
+    chars_before = np.zeros(len(words) + 1, np.int64)  # at p: the characters of the words before p
+    np.cumsum(np.fromiter(map(len, words), np.int64, len(words)), out=chars_before[1:])
+    word_codes, distinct = pd.factorize(np.array(words, dtype=object))
+    word_keys = pd.factorize(document * max(len(distinct), 1) + word_codes)[0]  # (document, word)
+    radix = len(words) + 1  # more than any code
+    top = {n: np.full(len(word_lists), -1, np.int64) for n in top_ns}
+    duplicated = {n: np.zeros(len(word_lists), np.int64) for n in dup_ns}
+    everywhere = np.arange(len(words), dtype=np.int64)
+    codes_at = np.zeros(len(words), np.int64)  # the (n-1)-gram's code at each position looked at
+    repeats_at = np.zeros(len(words) + 1, bool)  # whether the (n-1)-gram at a position repeats
+    repeated = everywhere
+    for n in range(1, max((*top_ns, *dup_ns), default=0) + 1):
+        at = everywhere if n <= 2 else repeated[repeats_at[repeated + 1]]
+        at = at[at + n <= end[at]]
+        codes = word_keys if n == 1 else pd.factorize(codes_at[at] * radix + word_keys[at + n - 1])[0]
+        counts = np.bincount(codes, minlength=1)
+        twice = counts[codes] > 1
+        repeats_at[repeated] = False
+        repeated, repeated_codes = at[twice], codes[twice]
+        codes_at[at] = codes
+        repeats_at[repeated] = True
+        n_chars = chars_before[n:] - chars_before[:max(len(words) + 1 - n, 0)]  # at p: the n words' from p
+        if n in top:
+            with_n = lengths >= n
+            top[n][with_n] = n_chars[starts[with_n]] + n - 1  # the first n-gram, once
+            # Each repeated n-gram where it first occurs: codes are in order of first appearance.
+            first = np.ones(len(repeated_codes), bool)
+            first[1:] = repeated_codes[1:] > np.maximum.accumulate(repeated_codes)[:-1]
+            where, code = repeated[first], repeated_codes[first]
+            occurrences, owner = counts[code], document[where]
+            order = np.lexsort((code, -occurrences, owner))  # per document: most occurrences, then first seen
+            leading = np.ones(len(order), bool)
+            leading[1:] = owner[order][1:] != owner[order][:-1]
+            best = order[leading]
+            top[n][owner[best]] = (n_chars[where[best]] + n - 1) * occurrences[best]
+        if n in duplicated:
+            _add_skipping_repeats(duplicated[n], repeated.tolist(), repeated_codes.tolist(),
+                                  document[repeated].tolist(), n_chars[repeated].tolist(), n)
+    return top, duplicated
 
-    def chars(self, pos: int, n: int) -> int:
-        """Characters in the n words from pos, joined without a separator."""
-        return sum(self.lengths[pos:pos + n])
 
-
-# What repeated(n) gives for a text where no n-gram repeats, when no shorter one does either: one
-# shared value (read only), remembered for n, so no longer n walks back down to the shorter ones
-# and builds an empty Counter at each (that walk took a third of gopher_repetition's time on
-# GCIDE entries).
-_NONE_REPEATED: tuple[list[int], list[int], Counter] = ([], [], Counter())
-
-
-def _occurring_twice(positions, keys: list[int], counts: Counter) -> tuple[list[int], list[int]]:
-    """The (positions, keys) whose key occurs more than once (counts: of keys)."""
-    if len(counts) == len(keys):
-        return [], []
-    twice = list(map((1).__lt__, map(counts.__getitem__, keys)))
-    return list(compress(positions, twice)), list(compress(keys, twice))
-
-
-def _repeated_ngram_chars(grams: _WordNGrams, n: int) -> int:
-    """Characters in n-grams that repeat an earlier one, skipping past each repeat: datatrove's
-    find_all_duplicate. Its walk only has to stop where an n-gram occurs more than once: at any
-    other position it just records a never-again-seen n-gram and moves on by one."""
+def _add_skipping_repeats(totals: np.ndarray, positions: list[int], codes: list[int], owners: list[int],
+                          chars: list[int], n: int) -> None:
+    """datatrove's find_all_duplicate over the positions of n-grams that occur more than once, in
+    order (codes scoped to their documents): at any other position its walk records an n-gram never
+    seen again and moves on by one. A repeat adds its characters to its document's total and the walk
+    resumes after it; a document's n-grams end where it does, so one walk serves the batch."""
     seen: set[int] = set()
-    repeated = idx = 0
-    positions, keys, _ = grams.repeated(n)
-    for pos, key in zip(positions, keys):
-        if pos < idx:
+    resume = 0
+    for position, code, owner, length in zip(positions, codes, owners, chars):
+        if position < resume:
             continue  # inside the n-gram just counted as a repeat
-        if key in seen:
-            repeated += grams.chars(pos, n)
-            idx = pos + n
+        if code in seen:
+            totals[owner] += length
+            resume = position + n
         else:
-            seen.add(key)
-            idx = pos + 1
-    return repeated
+            seen.add(code)
+            resume = position + 1
 
 
 def _c4(cfg, doc: _Doc) -> str | None:
@@ -723,10 +730,10 @@ class TextFilters:
                 raise ValueError(f"preprocess.quality.gopher_repetition: no rule {', '.join(unnamed)}; "
                                  "top_n_grams takes n from 1 to 10, dup_n_grams from 1 to 20")
         self._filters = [(check, cfg) for check, cfg in (
-            (_gopher_quality, quality.gopher_quality),
+            (_EachDocument(_gopher_quality), quality.gopher_quality),
             (_gopher_repetition, quality.gopher_repetition),
-            (_c4, quality.c4),
-            (_fineweb, quality.fineweb),
+            (_EachDocument(_c4), quality.c4),
+            (_EachDocument(_fineweb), quality.fineweb),
         ) if cfg is not None]
 
     @property
@@ -734,12 +741,54 @@ class TextFilters:
         return bool(self._filters)
 
     def removal_reason(self, text: str) -> str | None:
-        doc = _Doc(text)
-        for check, cfg in self._filters:
-            reason = check(cfg, doc)
-            if reason is not None:
-                return reason
-        return None
+        return self([text])[0]
 
     def __call__(self, texts: list) -> list:
-        return [None if t is None else self.removal_reason(t) for t in texts]
+        """The first rule each text fails, or None to keep it (and for a null text)."""
+        return [reason for run in _runs(texts) for reason in self._judge(run)]
+
+    def _judge(self, texts: list) -> list:
+        """Filter by filter over the texts no earlier filter removed: gopher_repetition numbers
+        the n-grams of many documents at once."""
+        reasons = [None] * len(texts)
+        docs = [None if text is None else _Doc(text) for text in texts]
+        undecided = [i for i, doc in enumerate(docs) if doc is not None]
+        for check, cfg in self._filters:
+            if not undecided:
+                break
+            verdicts = check(cfg, [docs[i] for i in undecided])
+            for i, verdict in zip(undecided, verdicts):
+                reasons[i] = verdict
+            undecided = [i for i, verdict in zip(undecided, verdicts) if verdict is None]
+        return reasons
+
+
+# A run's documents and their words are alive until its last filter: the numpy arrays of
+# repeated_word_ngrams take a few int64s a word, and each live word list lengthens the collector's
+# passes (GCIDE entries, default rules, one core: 54 us a document in runs of 40,000, 51 in runs of
+# 1,000, against 49.6 for one document at a time; every rule computed, 96 against 91).
+_RUN_DOCUMENTS, _RUN_CHARACTERS = 1_000, 1 << 20
+
+
+def _runs(texts: list) -> list[list]:
+    """texts cut, in order, into runs of at most _RUN_DOCUMENTS texts and about _RUN_CHARACTERS
+    characters (a longer text alone)."""
+    runs, start, characters = [], 0, 0
+    for end, text in enumerate(texts):
+        size = len(text) if text is not None else 0
+        if end > start and (end - start == _RUN_DOCUMENTS or characters + size > _RUN_CHARACTERS):
+            runs.append(texts[start:end])
+            start, characters = end, 0
+        characters += size
+    return runs + [texts[start:]] if start < len(texts) else runs
+
+
+class _EachDocument:
+    """A filter that decides one document at a time, called as the batch filters are:
+    (cfg, docs) -> reasons. A class, not a closure, so that TextFilters pickles."""
+
+    def __init__(self, check):
+        self.check = check
+
+    def __call__(self, cfg, docs: list[_Doc]) -> list[str | None]:
+        return [self.check(cfg, doc) for doc in docs]

@@ -325,6 +325,26 @@ def test_batch_call_and_activity():
     assert TextFilters(QualityConfig()).removal_reason("anything") is None
 
 
+def test_a_batch_is_judged_in_runs_as_each_text_alone(docstring_records, monkeypatch):
+    """TextFilters cuts a batch into runs (of documents, of characters) and numbers each run's
+    n-grams together: every text gets the reason it gets alone, nulls and empty texts included,
+    across runs cut by either limit."""
+    from spark_jobs import text_filters
+
+    texts = [record["text"] for record in docstring_records[:400]]
+    texts[5:5] = [None, "", "again " * 30]
+    everything = TextFilters(QualityConfig(gopher_quality={"min_doc_words": 20}, fineweb={},
+                                           gopher_repetition={"top_n_grams": {2: 0.08, 3: 0.06}}))
+    alone = [None if text is None else everything.removal_reason(text) for text in texts]
+    assert len(set(alone)) >= 4  # several rules decide, and some texts are kept
+    monkeypatch.setattr(text_filters, "_RUN_DOCUMENTS", 37)
+    monkeypatch.setattr(text_filters, "_RUN_CHARACTERS", 8_000)
+    runs = text_filters._runs(texts)
+    assert [text for run in runs for text in run] == texts
+    assert 37 in map(len, runs) and any(len(run) < 37 for run in runs[:-1])  # both limits cut
+    assert everything(texts) == alone
+
+
 def test_every_reason_is_listed_once():
     assert len(RULES) == len(set(RULES))
     reasons = {gopher_quality(min_doc_words=5).removal_reason("x"), gopher_repetition().removal_reason(""),
@@ -379,10 +399,12 @@ def _counted_in_full(words: list[str], n: int) -> tuple[int, int, int]:
     return repeated, occurrences, first
 
 
-def test_n_grams_found_from_the_repeated_shorter_ones_match_counting_every_n_gram(docstring_records):
-    """_WordNGrams looks for a repeated n-gram only where the (n-1)-grams at p and p + 1 repeat:
-    the duplicated and top n-gram figures must be those of counting every n-gram, on real text and
-    on texts of few distinct words (long runs of repeats, overlapping ones)."""
+def test_n_grams_numbered_in_batches_match_counting_every_n_gram_of_each_document(docstring_records):
+    """repeated_word_ngrams numbers the n-grams of a whole batch at once and looks for a repeated
+    n-gram only where the (n-1)-grams at p and p + 1 repeat: the duplicated and top n-gram figures
+    must be those of counting every n-gram of each document on its own, on real text and on texts
+    of few distinct words (long runs of repeats, overlapping ones), batched together (so that no
+    n-gram is matched across documents) and in batches of one."""
     import random
 
     from spark_jobs import text_filters
@@ -391,19 +413,17 @@ def test_n_grams_found_from_the_repeated_shorter_ones_match_counting_every_n_gra
     texts = [record["text"] for record in docstring_records[:300]]
     texts += [" ".join(rng.choice(("a", "b", "ab", "c")) for _ in range(rng.randint(0, 80))) for _ in range(300)]
     texts += [" ".join(["x"] * k + ["y"] + ["x"] * k) for k in range(12)]
+    word_lists = [spacy_english_words(text) for text in texts]
+    ns = (7, 2, 1, 3, 12, 4, 5)  # out of order, and past some documents' length
+    top, duplicated = text_filters.repeated_word_ngrams(word_lists, ns, ns)
     repeating = 0
-    for text in texts:
-        words = spacy_english_words(text)
-        grams = text_filters._WordNGrams(words)
-        for n in (7, 2, 1, 3, 12, 4, 5):  # out of order: the cache must not depend on it
+    for d, words in enumerate(word_lists):
+        alone = text_filters.repeated_word_ngrams([words], ns, ns)
+        for n in ns:
             repeated, occurrences, first = _counted_in_full(words, n)
-            assert text_filters._repeated_ngram_chars(grams, n) == repeated, (text[:60], n)
-            positions, keys, counts = grams.repeated(n)
-            if positions:
-                key, count = counts.most_common(1)[0]
-                assert (count, positions[keys.index(key)]) == (occurrences, first), (text[:60], n)
-            else:  # none repeats: the top n-gram is the first, seen once
-                assert (occurrences, first) in ((1, 0), (0, None)), (text[:60], n)
+            expected_top = -1 if first is None else (sum(map(len, words[first:first + n])) + n - 1) * occurrences
+            assert (duplicated[n][d], top[n][d]) == (repeated, expected_top), (texts[d][:60], n)
+            assert (alone[1][n][0], alone[0][n][0]) == (repeated, expected_top), (texts[d][:60], n)
             repeating += repeated > 0
     assert repeating > 500  # the texts do repeat
 
