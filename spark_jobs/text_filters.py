@@ -3,8 +3,8 @@ datatrove 0.10.1's rules and published thresholds (pipeline.config's *QualityCon
 
 `TextFilters(quality)(texts)` names, per document, the first rule it fails (`"<filter>.<rule>"`,
 one of RULES) or None to keep it. Filters run in the order gopher_quality, gopher_repetition, c4,
-fineweb; inside a filter the rules run in datatrove's order. Plain Python, no download: it runs in
-the Spark tasks that read the corpus.
+fineweb; inside a filter the rules run in datatrove's order. Python and numpy, no download: it runs
+in the Spark tasks that read the corpus.
 
 Words. datatrove 0.10.1 splits English into words with spaCy (`spacy.blank("en")`: its rule-based
 tokenizer, no model), not NLTK: its tokenizer_assignment.csv maps eng to SpaCyTokenizer("en"), and
