@@ -551,7 +551,8 @@ def _gopher_repetition(cfg, docs: list[_Doc]) -> list[str | None]:
     if not pending or not (cfg.top_n_grams or cfg.dup_n_grams):
         return reasons
     top, duplicated = repeated_word_ngrams([docs[i].words for i in pending], cfg.top_n_grams, cfg.dup_n_grams)
-    top_rules = [(f"gopher_repetition.top_{n}_gram", frac, top[n].tolist()) for n, frac in sorted(cfg.top_n_grams.items())]
+    top_rules = [(f"gopher_repetition.top_{n}_gram", frac, top[n].tolist())
+                 for n, frac in sorted(cfg.top_n_grams.items())]
     dup_rules = [(f"gopher_repetition.duplicated_{n}_n_grams", frac, duplicated[n].tolist())
                  for n, frac in sorted(cfg.dup_n_grams.items())]
     for j, i in enumerate(pending):
@@ -580,7 +581,8 @@ def _repeated_paragraphs_and_lines(cfg, text: str) -> str | None:
     return None
 
 
-def repeated_word_ngrams(word_lists: list[list[str]], top_ns, dup_ns) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+def repeated_word_ngrams(word_lists: list[list[str]], top_ns,
+                         dup_ns) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
     """gopher_repetition's word n-gram figures for a batch of documents, for each n of top_ns and
     dup_ns (one array each, a value per document):
     - top[n]: (the characters of the most common n-gram's words + n - 1) times its occurrences, as
@@ -602,7 +604,7 @@ def repeated_word_ngrams(word_lists: list[list[str]], top_ns, dup_ns) -> tuple[d
     lengths = np.fromiter(map(len, word_lists), np.int64, len(word_lists))
     words = list(chain.from_iterable(word_lists))
     starts = np.cumsum(lengths) - lengths
-    document = np.repeat(np.arange(len(word_lists), dtype=np.int64), lengths)  # each position's
+    document = np.repeat(np.arange(len(word_lists), dtype=np.int64), lengths)  # each position's document
     end = (starts + lengths)[document]  # each position's document end
     chars_before = np.zeros(len(words) + 1, np.int64)  # at p: the characters of the words before p
     np.cumsum(np.fromiter(map(len, words), np.int64, len(words)), out=chars_before[1:])
@@ -625,7 +627,7 @@ def repeated_word_ngrams(word_lists: list[list[str]], top_ns, dup_ns) -> tuple[d
         repeated, repeated_codes = at[twice], codes[twice]
         codes_at[at] = codes
         repeats_at[repeated] = True
-        n_chars = chars_before[n:] - chars_before[:max(len(words) + 1 - n, 0)]  # at p: the n words' from p
+        n_chars = chars_before[n:] - chars_before[:max(len(words) + 1 - n, 0)]  # at p: the n words' characters
         if n in top:
             with_n = lengths >= n
             top[n][with_n] = n_chars[starts[with_n]] + n - 1  # the first n-gram, once
