@@ -20,17 +20,19 @@ and all four filters decide as datatrove does on 100 % of the documents. Simpler
 reach the 99.5 % asked for: str.split 62.4 / 93.4 / 97.4 / 98.2 % (gopher_quality / repetition /
 c4 / fineweb), the regex \w+|[^\w\s]+ 94.1 / 91.7 / 96.6 / 100 %.
 
-Cost, same corpus (average 1,500 characters, 300 words), one core, warm: tokenizing 85 us a
-document (chunks are cached, as spaCy caches them); gopher_quality 300 us, gopher_repetition
-1,100 us (counting word 2- to 10-grams), c4 140 us, fineweb 80 us, all four in order 380 us;
-datatrove with spaCy takes 9.5 / 10.3 / 3.1 / 3.3 ms. On 40,000 GCIDE entries (320 characters,
-a dictionary's markup: 45 % of the chunks need splitting) all four take 160 us a document, the
-words 50 us, with `_simple_split` taking "word," "[word" and the like past the regexes and
-gopher_repetition counting no longer n-grams once shorter ones are all distinct (196 and 73 us
-without either); since then the n-gram rules look only where shorter n-grams repeat, numbered
-for a run of documents at once (repeated_word_ngrams), and `benchmarks/bench_quality.py --parts
-filters` gives each filter's cost.
-Importing this module builds the regexes: 0.2 s once per Python worker.
+Cost, same corpus (average 1,570 characters, 309 words), one core, warm, best of 3 passes
+(2026-12-06): tokenizing 40-43 us a document (chunks are cached, as spaCy caches them); with the
+words given, gopher_quality 54 us, gopher_repetition 102 us, c4 29 us, fineweb 21 us; all four in
+order, words included, 106 us (a document leaves at the first rule it fails). datatrove with spaCy
+took 9.5 / 10.3 / 3.1 / 3.3 ms a document, in an earlier run.
+
+Earlier, on 40,000 GCIDE entries (320 characters, a dictionary's markup: 45 % of the chunks need
+splitting) all four took 160 us a document, the words 50 us, with `_simple_split` taking "word,"
+"[word" and the like past the regexes and gopher_repetition counting no longer n-grams once
+shorter ones are all distinct (196 and 73 us without either); since then the n-gram rules look
+only where shorter n-grams repeat, numbered for a run of documents at once
+(repeated_word_ngrams), and `benchmarks/bench_quality.py --parts filters` gives each filter's
+cost. Importing this module builds the regexes: 0.2 s once per Python worker.
 
 Deliberate differences from datatrove: a threshold of 0 is a threshold (datatrove's truthiness test
 turns it off; here only null does); empty texts and ratios over zero words do not raise; repeated
