@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from itertools import chain
+from itertools import chain, filterfalse
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -287,18 +287,23 @@ _EXCEPTIONS = _english_exceptions()
 # back after splitting a chunk, the longest run first.
 _AFFIX_EXCEPTIONS = {k: v for k, v in _EXCEPTIONS.items()
                      if _prefix_match(k) or _suffix_search(k) or next(_infix_finditer(k), None)}
-_AFFIX_EXCEPTION_MAX = max(map(len, _AFFIX_EXCEPTIONS))
+# Every beginning of one: a run of tokens can only join into an exception through these, so the
+# search stops at the first token that leads to none.
+_AFFIX_EXCEPTION_STARTS = frozenset(key[:end] for key in _AFFIX_EXCEPTIONS for end in range(1, len(key) + 1))
 
 
 def _merge_affix_exceptions(tokens: list[str]) -> list[str]:
     """spaCy's Tokenizer._apply_special_cases for the tokens of one chunk."""
     spans = []
     for i in range(len(tokens)):
-        text = ""
+        text = tokens[i]
+        if text not in _AFFIX_EXCEPTION_STARTS:  # most tokens: no exception begins with them
+            continue
         for j in range(i, len(tokens)):
-            text += tokens[j]
-            if len(text) > _AFFIX_EXCEPTION_MAX:
-                break
+            if j > i:
+                text += tokens[j]
+                if text not in _AFFIX_EXCEPTION_STARTS:
+                    break
             if text in _AFFIX_EXCEPTIONS:
                 spans.append((i, j + 1))
     if not spans:
@@ -477,27 +482,24 @@ class _Doc:
 
 
 def _duplicates(items: list[str]) -> tuple[int, int]:
-    """(elements equal to an earlier one, their characters): datatrove's find_duplicates."""
-    seen: set[str] = set()
-    elements = chars = 0
-    for item in items:
-        if item in seen:
-            elements += 1
-            chars += len(item)
-        else:
-            seen.add(item)
-    return elements, chars
+    """(elements equal to an earlier one, their characters): datatrove's find_duplicates. Every
+    element but the first of each distinct one is a duplicate, so both are what the distinct ones
+    leave: counted in C, no loop in Python."""
+    distinct = set(items)
+    return len(items) - len(distinct), sum(map(len, items)) - sum(map(len, distinct))
 
 
 _ASCII_WORD_WITH_A_LETTER = re.compile("[A-Za-z][^ ]*")  # from a word's first letter to its end
 
 
-def _words_with_a_letter(words: list[str]) -> int:
-    """How many words have an alphabetic character. Words hold no whitespace (they are pieces of
-    str.split's chunks), so the ASCII ones that are not all letters (markup, numbers, "--") are
-    counted by one regex scan over them joined by spaces: a third of the time of testing them one
-    by one on GCIDE's entries, 44 % of whose words are not all letters."""
-    others = [w for w in words if not w.isalpha()]
+def _words_with_a_letter(words: list[str], others: list[str] | None = None) -> int:
+    """How many words have an alphabetic character (others: those of words that are not all
+    letters, when the caller has them). Words hold no whitespace (they are pieces of str.split's
+    chunks), so the ASCII ones that are not all letters (markup, numbers, "--") are counted by one
+    regex scan over them joined by spaces: a third of the time of testing them one by one on
+    GCIDE's entries, 44 % of whose words are not all letters."""
+    if others is None:
+        others = list(filterfalse(str.isalpha, words))
     joined = " ".join(others)
     if joined.isascii():
         with_letter = len(_ASCII_WORD_WITH_A_LETTER.findall(joined))
@@ -509,14 +511,16 @@ def _words_with_a_letter(words: list[str]) -> int:
 def _gopher_quality(cfg, doc: _Doc) -> str | None:
     text, words = doc.text, doc.words
     n_words = len(words)
-    lengths = [len(w) for w in words if not PUNCTUATION_SET.issuperset(w)]
-    n_non_symbol = len(lengths)
+    # A word of letters is no symbol (no letter is in PUNCTUATION_SET): only the others are tested.
+    others = list(filterfalse(str.isalpha, words))
+    symbols = [w for w in others if PUNCTUATION_SET.issuperset(w)]
+    n_non_symbol = n_words - len(symbols)
     if cfg.min_doc_words is not None and n_non_symbol < cfg.min_doc_words:
         return "gopher_quality.short_doc"
     if cfg.max_doc_words is not None and n_non_symbol > cfg.max_doc_words:
         return "gopher_quality.long_doc"
     if n_non_symbol:
-        avg = sum(lengths) / n_non_symbol
+        avg = (sum(map(len, words)) - sum(map(len, symbols))) / n_non_symbol
         if cfg.min_avg_word_length is not None and avg < cfg.min_avg_word_length:
             return "gopher_quality.below_avg_word_length"
         if cfg.max_avg_word_length is not None and avg > cfg.max_avg_word_length:
@@ -537,7 +541,7 @@ def _gopher_quality(cfg, doc: _Doc) -> str | None:
             if ellipses / len(lines) > cfg.max_ellipsis_lines_ratio:
                 return "gopher_quality.too_many_end_ellipsis"
     if cfg.max_non_alpha_words_ratio is not None and n_words:
-        alpha = _words_with_a_letter(words)
+        alpha = _words_with_a_letter(words, others)
         if alpha / n_words < cfg.max_non_alpha_words_ratio:
             return "gopher_quality.below_alpha_threshold"
     if cfg.min_stop_words is not None and len(STOP_WORDS.intersection(words)) < cfg.min_stop_words:
@@ -553,14 +557,17 @@ def _gopher_repetition(cfg, docs: list[_Doc]) -> list[str | None]:
     if not pending or not (cfg.top_n_grams or cfg.dup_n_grams):
         return reasons
     top, duplicated = repeated_word_ngrams([docs[i].words for i in pending], cfg.top_n_grams, cfg.dup_n_grams)
-    top_rules = [(f"gopher_repetition.top_{n}_gram", frac, top[n].tolist())
-                 for n, frac in sorted(cfg.top_n_grams.items())]
-    dup_rules = [(f"gopher_repetition.duplicated_{n}_n_grams", frac, duplicated[n].tolist())
-                 for n, frac in sorted(cfg.dup_n_grams.items())]
-    for j, i in enumerate(pending):
-        size = len(docs[i].text)
-        reasons[i] = next((rule for rule, frac, chars in top_rules if chars[j] >= 0 and chars[j] / size > frac),
-                          next((rule for rule, frac, chars in dup_rules if chars[j] / size > frac), None))
+    # Each rule's verdict for every pending document at once (the same float64 division and
+    # comparison as one at a time), then the first rule each fails, in the rules' order.
+    sizes = np.fromiter((len(docs[i].text) for i in pending), np.int64, len(pending))
+    rules = [(f"gopher_repetition.top_{n}_gram", (top[n] >= 0) & (top[n] / sizes > frac))
+             for n, frac in sorted(cfg.top_n_grams.items())]
+    rules += [(f"gopher_repetition.duplicated_{n}_n_grams", duplicated[n] / sizes > frac)
+              for n, frac in sorted(cfg.dup_n_grams.items())]
+    fails = np.vstack([failed for _, failed in rules])
+    first = fails.argmax(axis=0)
+    for j in np.flatnonzero(fails.any(axis=0)).tolist():
+        reasons[pending[j]] = rules[first[j]][0]
     return reasons
 
 
@@ -568,13 +575,15 @@ def _repeated_paragraphs_and_lines(cfg, text: str) -> str | None:
     if not text:
         return "gopher_repetition.empty"
     size = len(text)
-    paragraphs = _PARAGRAPH_BREAK.split(text.strip())
+    # Without a blank line the regexes split nothing str.split("\n") would not: skipped when so.
+    blank_line = "\n\n" in text
+    paragraphs = _PARAGRAPH_BREAK.split(text.strip()) if blank_line else [text.strip()]
     dups, chars = _duplicates(paragraphs)
     if cfg.dup_para_frac is not None and dups / len(paragraphs) > cfg.dup_para_frac:
         return "gopher_repetition.dup_para_frac"
     if cfg.dup_para_char_frac is not None and chars / size > cfg.dup_para_char_frac:
         return "gopher_repetition.dup_para_char_frac"
-    lines = _LINE_BREAKS.split(text)
+    lines = _LINE_BREAKS.split(text) if blank_line else text.split("\n")
     dups, chars = _duplicates(lines)
     if cfg.dup_line_frac is not None and dups / len(lines) > cfg.dup_line_frac:
         return "gopher_repetition.dup_line_frac"

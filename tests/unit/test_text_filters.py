@@ -59,6 +59,8 @@ def words(n: int) -> str:
     ("it costs $5 or 10km", ["it", "costs", "$", "5", "or", "10", "km"]),
     ("smile :) ok", ["smile", ":)", "ok"]),
     ("wait... what", ["wait", "...", "what"]),
+    # Pieces the affix rules cut apart that join into an exception again: "):", "m.", "=(".
+    ("(see n.): 44m., =(word", ["(", "see", "n.", "):", "44", "m.", ",", "=(", "word"]),
 ])
 def test_words_follow_spacys_english_rules(text, tokens):
     assert spacy_english_words(text) == tokens
@@ -196,6 +198,18 @@ def test_longer_top_grams_after_one_without_repeats_take_the_first_seen_once():
     f = gopher_repetition(top_n_grams={2: 1.0, 3: 0.5})
     assert f.removal_reason("aa bb cc aa bb cc dd") == "gopher_repetition.top_3_gram"
     assert f.removal_reason("aa bb") is None  # two words: no trigram to count
+
+
+def test_the_first_failing_n_gram_rule_names_the_removal():
+    # "aa bb cc dd ee" twice: every top and duplicated n-gram rule at 0 fails; the top rules come
+    # first, each kind by n.
+    text = "aa bb cc dd ee aa bb cc dd ee"
+    assert gopher_repetition(top_n_grams={2: 0.0, 3: 0.0}, dup_n_grams={5: 0.0}).removal_reason(text) == \
+        "gopher_repetition.top_2_gram"
+    assert gopher_repetition(top_n_grams={4: 0.0, 3: 0.0}, dup_n_grams={5: 0.0}).removal_reason(text) == \
+        "gopher_repetition.top_3_gram"
+    assert gopher_repetition(top_n_grams={}, dup_n_grams={6: 0.0, 5: 0.0}).removal_reason(text) == \
+        "gopher_repetition.duplicated_5_n_grams"
 
 
 def test_characters_in_repeated_five_grams():
