@@ -1,7 +1,7 @@
 """Corpus quality: how well near-duplicates and languages are found, and what the quality stages cost.
 
     python benchmarks/bench_quality.py [--parts language,near,filters,cost,scaling] [--copies 4] [--workdir runs/bench-quality]
-        [--join 1] [--task classification|causal_lm]
+        [--join 1] [--task classification|causal_lm]   (--parts cost_each: each quality part alone)
 
 Corpora (offline, from Debian packages, see corpora.py):
 - language: paragraphs of >= 200 characters of the manual pages in English (manpages, manpages-dev)
@@ -36,6 +36,9 @@ Corpora (offline, from Debian packages, see corpora.py):
   tokenizes every document whole, as a pre-training corpus is (packed into max_length blocks);
   `classification` pads and cuts each to max_length tokens, so with --join it tokenizes a fraction
   of what the filters read.
+- cost_each (not in the default parts): the same corpus and job with each quality part alone (the
+  filters, every rule computed; lid.176; near-dedup), each against the job without quality, ratios
+  as for cost: how much of the cost each part makes.
 - scaling: the near-dedup stage's seconds (manifest stage_seconds "quality", only near_dedup on) on
   local[1], local[2] and local[1] with the whole process tree pinned to one core (local[1] alone keeps
   more than one core busy), GCIDE x --copies, and its phases' (the Spark job descriptions the job
@@ -332,21 +335,53 @@ def gcide_corpus(workdir: Path, copies: int, join: int = 1) -> Path:
     return corpus
 
 
-def bench_cost(workdir: Path, copies: int, join: int = 1, task: str = "classification") -> None:
+COST_LANGUAGE = {"keep": ["en", "la", "fr", "de"], "min_score": 0.0}  # a dictionary quotes other languages
+# The cost runs' quality parts: every filter rule computed, none removing; lid.176; near-dedup.
+COST_PARTS = {
+    "filters": {k: v for k, v in PERMISSIVE.items() if k != "language"},
+    "language": {"language": COST_LANGUAGE},
+    "near_dedup": {"near_dedup": {}},
+}
+
+
+def _cost_baseline(workdir: Path, copies: int, join: int, task: str):
+    """(corpus, seconds and manifest of the job without quality) after a warm-up build."""
     corpus = gcide_corpus(workdir, copies, join)
     build("local[2]", gcide_corpus(workdir, 1, join), workdir / "warm", None, task=task)  # JIT and caches warm, same paths
     off_seconds, off, _ = build("local[2]", corpus, workdir / "off", None, task=task)
-    quality = {**PERMISSIVE, "near_dedup": {}, "max_removed_fraction": 1.0}
-    language = {"keep": ["en", "la", "fr", "de"], "min_score": 0.0}  # a dictionary quotes other languages
-    on_seconds, on, _ = build("local[2]", corpus, workdir / "on", {**quality, "language": language}, task=task)
-    added = on.stage_seconds.get("quality", 0.0) + on.stage_seconds["read_clean"] - off.stage_seconds["read_clean"]
     shape = f" joined {join} at a time" if join > 1 else ""
     print(f"cost: GCIDE x{copies}{shape}, {off.input_records} documents, {task}, local[2]")
     print(f"  without quality: {off_seconds:.1f} s  stages {off.stage_seconds}")
+    return corpus, off_seconds, off
+
+
+def _added_seconds(on, off) -> float:
+    """What the quality work added: its own stage and the read stage's growth."""
+    return on.stage_seconds.get("quality", 0.0) + on.stage_seconds["read_clean"] - off.stage_seconds["read_clean"]
+
+
+def bench_cost(workdir: Path, copies: int, join: int = 1, task: str = "classification") -> None:
+    corpus, off_seconds, off = _cost_baseline(workdir, copies, join, task)
+    quality = {key: value for part in COST_PARTS.values() for key, value in part.items()}
+    on_seconds, on, _ = build("local[2]", corpus, workdir / "on", {**quality, "max_removed_fraction": 1.0}, task=task)
+    added = _added_seconds(on, off)
     print(f"  every filter, language and near-dedup: {on_seconds:.1f} s  stages {on.stage_seconds}")
     print(f"  removed by rule: {on.removed_by_rule}")
     print(f"  ratio on/off as measured: {on_seconds / off_seconds:.2f}x; (off + quality work added) / off: "
           f"{(off_seconds + added) / off_seconds:.2f}x (added {added:.1f} s)")
+
+
+def bench_cost_each(workdir: Path, copies: int, join: int = 1, task: str = "classification") -> None:
+    """The job with each quality part alone, against the job without quality: how much of the
+    budget each takes."""
+    corpus, off_seconds, off = _cost_baseline(workdir, copies, join, task)
+    for name, part in COST_PARTS.items():
+        seconds, on, _ = build("local[2]", corpus, workdir / "on", {**part, "max_removed_fraction": 1.0}, task=task)
+        added = _added_seconds(on, off)
+        print(f"  {name} alone: {seconds:.1f} s, {seconds / off_seconds:.2f}x as measured, "
+              f"{(off_seconds + added) / off_seconds:.2f}x if nothing were removed (added {added:.1f} s: read stage "
+              f"{on.stage_seconds['read_clean']:.1f} s, quality stage {on.stage_seconds.get('quality', 0.0):.1f} s); "
+              f"removed {sum(on.removed_by_rule.values())}")
 
 
 def bench_filters(workdir: Path, entries: int = 40_000) -> None:
@@ -457,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
         bench_filters(workdir)
     if "cost" in parts:
         bench_cost(workdir, args.copies, args.join, args.task)
+    if "cost_each" in parts:
+        bench_cost_each(workdir, args.copies, args.join, args.task)
     if "scaling" in parts:
         bench_scaling(workdir, args.copies)
     return 0

@@ -21,10 +21,12 @@ reach the 99.5 % asked for: str.split 62.4 / 93.4 / 97.4 / 98.2 % (gopher_qualit
 c4 / fineweb), the regex \w+|[^\w\s]+ 94.1 / 91.7 / 96.6 / 100 %.
 
 Cost, same corpus (average 1,570 characters, 309 words), one core, warm, best of 3 passes
-(2026-12-06): tokenizing 40-43 us a document (chunks are cached, as spaCy caches them); with the
-words given, gopher_quality 54 us, gopher_repetition 102 us, c4 29 us, fineweb 21 us; all four in
-order, words included, 106 us (a document leaves at the first rule it fails). datatrove with spaCy
-took 9.5 / 10.3 / 3.1 / 3.3 ms a document, in an earlier run.
+(2026-12-06, two runs each, alternating with the code before b14be05, whose figures are in
+brackets): tokenizing 40-41 us a document (chunks are cached, as spaCy caches them); with the
+words given, gopher_quality 50 us (54-56), gopher_repetition 110-127 us (109-111), c4 29-30 us,
+fineweb 21-22 us; all four in order, words included, 104-108 us (112-113) (a document leaves at
+the first rule it fails). datatrove with spaCy took 9.5 / 10.3 / 3.1 / 3.3 ms a document, in an
+earlier run.
 
 Earlier, on 40,000 GCIDE entries (320 characters, a dictionary's markup: 45 % of the chunks need
 splitting) all four took 160 us a document, the words 50 us, with `_simple_split` taking "word,"
