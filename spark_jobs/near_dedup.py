@@ -31,7 +31,10 @@ Pure DataFrame -> DataFrame transforms; `near_duplicates` is the entry. The step
    at ceil(log2(2 * edges + 2))^2 rounds with an error. A round is three shuffles of edges (two
    longs each), local-checkpointed so lineage stays one round long, then one small action checks
    whether the edges already form stars around their smallest node, which is exactly the answer.
-   Nothing but that boolean (and one count of edges) reaches the driver.
+   Nothing but that boolean (and one count of edges) reaches the driver. With at most
+   cfg.one_task_max_pairs candidate pairs (a count of the checkpointed pairs), the numbered edges
+   go to one executor task instead, which finds the components in numpy (smallest_in_component):
+   on a graph that small the rounds' cost is mostly Spark's per job, and the answer is the same.
 
 Local checkpoints live on the executors' local disks (`local_checkpoint`): losing one mid-job fails
 the job (rerun it), as with any localCheckpoint; a big bucket (or component) is one window
@@ -106,7 +109,8 @@ def near_duplicates(docs: DataFrame, cfg: NearDedupConfig, num_partitions: int) 
         pairs = local_checkpoint(pairs)
     with described(spark_context, "near-dedup: candidates numbered in (id, content_hash) order"):
         nodes, edges = numbered_edges(pairs, docs)
-    stars = connected_components(edges)
+        in_one_task = pairs.count() <= cfg.one_task_max_pairs  # as many edges or fewer
+    stars = connected_components(edges, in_one_task)
     removed = (
         stars.join(nodes.select(F.col(_NODE).alias(SRC), CONTENT_HASH), SRC)
         .join(nodes.select(F.col(_NODE).alias(DST), F.col(CONTENT_HASH).alias(KEPT_CONTENT_HASH),
@@ -218,14 +222,21 @@ def local_checkpoint(frame: DataFrame) -> DataFrame:
     return checkpointed
 
 
-def connected_components(edges: DataFrame) -> DataFrame:
+def connected_components(edges: DataFrame, in_one_task: bool = False) -> DataFrame:
     """(_src, _dst) edges, SRC > DST -> one edge (node, smallest node of its component) for every
-    node but the smallest. Alternates large-star and small-star until the edges are such stars;
-    raises after ceil(log2(nodes + 2))^2 rounds (the O(log^2 n) bound), which means a bug."""
+    node but the smallest. in_one_task: all the edges in one executor task
+    (smallest_in_component), for a graph small enough that Spark's cost per job is most of the
+    rounds' (GCIDE x4, 570k edges: three rounds and their star tests took 5.8-6.3 s on local[2],
+    with 2.3-2.8 s more to make the edges distinct first). Otherwise alternates large-star and
+    small-star until the edges are such stars; raises after ceil(log2(nodes + 2))^2 rounds (the
+    O(log^2 n) bound), which means a bug. The same edges either way."""
+    spark_context = edges.sparkSession.sparkContext
+    if in_one_task:
+        with described(spark_context, "near-dedup: connected components in one task"):
+            return local_checkpoint(edges.repartition(1).mapInArrow(_components_in_one_task, edges.schema))
     # One shuffle; adaptive execution sizes its partitions, as it does each round's, by the edges'
     # bytes (16 an edge). The corpus's count (46 at GCIDE x4, for 570k edges) made every round's
     # map stages read dozens of tiny partitions.
-    spark_context = edges.sparkSession.sparkContext
     with described(spark_context, "near-dedup: connected components, edges between the numbered candidates"):
         edges = local_checkpoint(edges.distinct())
         max_rounds = math.ceil(math.log2(2 * edges.count() + 2)) ** 2  # at most 2 nodes per edge
@@ -236,6 +247,44 @@ def connected_components(edges: DataFrame) -> DataFrame:
             if done < max_rounds:
                 edges = local_checkpoint(_small_star(_large_star(edges)))
     raise RuntimeError(f"connected components did not converge in {max_rounds} large-star/small-star rounds")
+
+
+def _components_in_one_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The edges (SRC, DST) of the whole graph, in one task -> (node, smallest node of its
+    component) for every node but the smallest."""
+    batches = list(batches)
+    if not batches:
+        return
+    src, dst = (np.concatenate([batch.column(i).to_numpy() for batch in batches]).astype(np.int64) for i in (0, 1))
+    nodes, smallest = smallest_in_component(src, dst)
+    linked = np.flatnonzero(nodes != smallest)
+    yield pa.RecordBatch.from_arrays([pa.array(nodes[linked]), pa.array(smallest[linked])],
+                                     names=list(batches[0].schema.names))
+
+
+def smallest_in_component(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(every node of the edges src[i] - dst[i], ascending; the smallest node of its component).
+
+    Each node points at a smaller node of its component, or at itself (a root): each round hooks
+    the larger root of every edge whose ends have different roots onto the smaller one, then
+    points every node straight at its root. Roots only get fewer, and when the two ends of every
+    edge share a root each component has one root, which is its smallest node (that node can
+    point at nothing smaller). Vectorised: a round is a few passes over the edges in numpy."""
+    nodes, ends = np.unique(np.concatenate([src, dst]), return_inverse=True)
+    ends = ends.reshape(-1)  # numpy 2.0 and 2.1 shape return_inverse like the input
+    u, v = ends[:len(src)], ends[len(src):]
+    parent = np.arange(len(nodes))  # node indices, in the order of the nodes
+    while True:
+        root_u, root_v = parent[u], parent[v]
+        apart = root_u != root_v
+        if not apart.any():
+            return nodes, nodes[parent]
+        np.minimum.at(parent, np.maximum(root_u[apart], root_v[apart]), np.minimum(root_u[apart], root_v[apart]))
+        while True:  # each node straight at its root: parent[parent] until nothing moves
+            grandparent = parent[parent]
+            if np.array_equal(grandparent, parent):
+                break
+            parent = grandparent
 
 
 def _large_star(edges: DataFrame) -> DataFrame:

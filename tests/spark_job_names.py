@@ -22,10 +22,12 @@ def descriptions_since(spark, after_job: int) -> list[str | None]:
     return [job.description().get() if job.description().isDefined() else None for job in jobs]
 
 
-def near_dedup_phases(rounds: int) -> list[str]:
+def near_dedup_phases(rounds: int | None) -> list[str]:
     """The names of near_dedup.near_duplicates's phases, in order, for a graph that took `rounds`
-    star tests."""
-    return ["near-dedup: MinHash signatures and candidate pairs",
-            "near-dedup: candidates numbered in (id, content_hash) order",
-            "near-dedup: connected components, edges between the numbered candidates",
+    star tests, or whose connected components were found in one task (rounds None)."""
+    numbered = ["near-dedup: MinHash signatures and candidate pairs",
+                "near-dedup: candidates numbered in (id, content_hash) order"]
+    if rounds is None:
+        return [*numbered, "near-dedup: connected components in one task"]
+    return [*numbered, "near-dedup: connected components, edges between the numbered candidates",
             *(f"near-dedup: connected components, star test and round {k}" for k in range(1, rounds + 1))]

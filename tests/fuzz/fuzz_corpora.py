@@ -390,7 +390,7 @@ def _rule(draw, settings: dict) -> dict | None:
 
 _NEAR_DEDUP = {"ngram": st.sampled_from(["words", "chars"]), "ngram_size": st.integers(1, 6),
                "num_bands": st.integers(1, 14), "rows_per_band": st.integers(1, 8),
-               "min_jaccard": st.one_of(st.none(), _share)}
+               "min_jaccard": st.one_of(st.none(), _share), "one_task_max_pairs": st.sampled_from([0, 1_000_000])}
 
 
 @st.composite

@@ -104,8 +104,7 @@ def test_the_spark_ui_names_each_stage_of_the_job_and_near_dedup_names_its_phase
     near_dedup = phases[2:-3]
     assert phases[:2] + phases[-3:] == ["preprocess: read_clean", "preprocess: count_input", "preprocess: quality",
                                         "preprocess: tokenizer", "preprocess: tokenize_write"]
-    assert near_dedup == near_dedup_phases(len(near_dedup) - 3)
-    assert len(near_dedup) - 3 >= 1  # star tests
+    assert near_dedup == near_dedup_phases(None)  # a small graph: its components in one task
 
 
 def test_near_dedup_hashes_the_documents_as_the_tokenizing_stage_does_so_their_texts_cross_once(spark, built):
