@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -169,6 +169,13 @@ class GopherQualityConfig(_Strict):
     """Fewer distinct stop words (the, be, to, of, and, that, have, with; lowercase, as written) than this: gopher_quality.few_stop_words."""
 
 
+# gopher_repetition's word n-gram rules: n -> a share of the text's characters. The most frequent
+# n-gram's occurrences may overlap and count a character more than once, so that share (and its
+# threshold) may exceed 1.
+NGramSize = Annotated[int, Field(ge=1)]
+NGramShare = Annotated[float, Field(ge=0)]
+
+
 class GopherRepetitionConfig(_Strict):
     """Gopher's repetition rules (as datatrove's GopherRepetitionFilter); null turns one rule off. An
     empty text is removed as gopher_repetition.empty."""
@@ -181,9 +188,9 @@ class GopherRepetitionConfig(_Strict):
     """Share of the text's characters in repeated lines, above this: gopher_repetition.dup_line_char_frac."""
     dup_para_char_frac: float | None = Field(0.2, ge=0, le=1)
     """Share of the text's characters in repeated paragraphs, above this: gopher_repetition.dup_para_char_frac."""
-    top_n_grams: dict[int, float] = Field(default_factory=lambda: {2: 0.2, 3: 0.18, 4: 0.16})
+    top_n_grams: dict[NGramSize, NGramShare] = Field(default_factory=lambda: {2: 0.2, 3: 0.18, 4: 0.16})
     """n -> the most frequent word n-gram's share of characters may not exceed this: gopher_repetition.top_{n}_gram."""
-    dup_n_grams: dict[int, float] = Field(
+    dup_n_grams: dict[NGramSize, NGramShare] = Field(
         default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10})
     """n -> the share of characters in repeated word n-grams may not exceed this: gopher_repetition.duplicated_{n}_n_grams."""
 

@@ -34,6 +34,8 @@ Keys are dotted paths into the YAML recipe, and the same paths work as `--set ke
 def type_name(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Annotated:  # a dict's keys or values with bounds of their own: Annotated[int, Field(ge=1)]
+        return type_name(args[0]) + _bounds_text([bound for info in args[1:] for bound in info.metadata])
     if origin is typing.Literal:
         return " \\| ".join(f"`{value}`" for value in args)
     if origin in (typing.Union, types.UnionType):
@@ -64,16 +66,16 @@ def reference_rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, 
         annotation = field.annotation
         nested = _nested_model(annotation)
         meaning = " ".join((field.description or "").split())
-        rows.append((key, type_name(annotation) + _bounds_text(field), _default_text(field), meaning))
+        rows.append((key, type_name(annotation) + _bounds_text(field.metadata), _default_text(field), meaning))
         if nested is not None:
             rows += reference_rows(nested, key + ".")
     return rows
 
 
-def _bounds_text(field) -> str:
-    """` ≥ 1`-style bounds from Field(ge=..., gt=..., le=..., lt=...)."""
+def _bounds_text(metadata: list) -> str:
+    """` (≥ 1)`-style bounds from a field's metadata: Field(ge=..., gt=..., le=..., lt=...)."""
     symbols = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
-    bounds = [f"{symbol} {getattr(item, name)}" for item in field.metadata
+    bounds = [f"{symbol} {getattr(item, name)}" for item in metadata
               for name, symbol in symbols.items() if getattr(item, name, None) is not None]
     return f" ({', '.join(bounds)})" if bounds else ""
 

@@ -562,7 +562,8 @@ def _gopher_repetition(cfg, docs: list[_Doc]) -> list[str | None]:
     # Each rule's verdict for every pending document at once (the same float64 division and
     # comparison as one at a time), then the first rule each fails, in the rules' order.
     sizes = np.fromiter((len(docs[i].text) for i in pending), np.int64, len(pending))
-    rules = [(f"gopher_repetition.top_{n}_gram", (top[n] >= 0) & (top[n] / sizes > frac))
+    # top[n] is -1 without an n-gram, never above a fraction, which the config keeps >= 0.
+    rules = [(f"gopher_repetition.top_{n}_gram", top[n] / sizes > frac)
              for n, frac in sorted(cfg.top_n_grams.items())]
     rules += [(f"gopher_repetition.duplicated_{n}_n_grams", duplicated[n] / sizes > frac)
               for n, frac in sorted(cfg.dup_n_grams.items())]

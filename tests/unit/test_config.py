@@ -35,6 +35,10 @@ def test_spark_conf_override_keeps_dotted_key_whole():
         (["data.format=xml"], "config key data.format"),
         (["tokenizer.path=tok.json"], "config key tokenizer: set exactly one of"),
         (["preprocess.stride=127"], "config key preprocess.stride: 127 must be below max_length - 2 (126)"),
+        (["preprocess.quality.gopher_repetition.top_n_grams={2: -0.1}"],
+         "config key preprocess.quality.gopher_repetition.top_n_grams.2: Input should be greater than or equal to 0"),
+        (["preprocess.quality.gopher_repetition.dup_n_grams={0: 0.1}"],
+         "config key preprocess.quality.gopher_repetition.dup_n_grams.0.[key]: Input should be greater than or equal to 1"),
     ],
 )
 def test_bad_values_name_the_key_in_one_line(overrides, message):

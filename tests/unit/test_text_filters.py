@@ -181,6 +181,14 @@ def test_most_frequent_bigram_share():
         assert f.removal_reason(text) == ("gopher_repetition.top_2_gram" if fires else None)
 
 
+def test_overlapping_top_grams_can_count_more_characters_than_the_text_has():
+    # "a a" five times over overlapping words: 5 * 3 characters of 11, a share of 1.36, so a
+    # threshold above 1 (which the config allows) still decides.
+    text = "a a a a a a"
+    assert gopher_repetition(top_n_grams={2: 1.3}).removal_reason(text) == "gopher_repetition.top_2_gram"
+    assert gopher_repetition(top_n_grams={2: 1.4}).removal_reason(text) is None
+
+
 def test_top_gram_ties_take_the_first_seen():
     # Every bigram occurs once: the first, "aaaaaaaaaa b", is what counts (12 of 25 characters).
     text = "aaaaaaaaaa b c d e f g h"
