@@ -31,10 +31,13 @@ Pure DataFrame -> DataFrame transforms; `near_duplicates` is the entry. The step
    at ceil(log2(2 * edges + 2))^2 rounds with an error. A round is three shuffles of edges (two
    longs each), local-checkpointed so lineage stays one round long, then one small action checks
    whether the edges already form stars around their smallest node, which is exactly the answer.
-   Nothing but that boolean (and one count of edges) reaches the driver. With at most
-   cfg.one_task_max_pairs candidate pairs (a count of the checkpointed pairs), the numbered edges
-   go to one executor task instead, which finds the components in numpy (smallest_in_component):
-   on a graph that small the rounds' cost is mostly Spark's per job, and the answer is the same.
+   Nothing but that boolean (and one count of edges) reaches the driver;
+6. instead of step 5, with at most cfg.one_task_max_pairs candidate pairs (a count of the
+   checkpointed pairs), the pairs and their documents (key, smallest id, content hash) go to one
+   executor task (removed_in_one_task), which numbers the documents in the same order, finds the
+   components in numpy (smallest_in_component) and names each removed document's kept one: on a
+   graph that small, Spark's cost per job is most of what the sort, the joins and the rounds
+   take, and the answer is the same.
 
 Local checkpoints live on the executors' local disks (`local_checkpoint`): losing one mid-job fails
 the job (rerun it), as with any localCheckpoint; a big bucket (or component) is one window
@@ -54,6 +57,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -88,6 +92,7 @@ _NODE = "_node"
 _BAND_SCHEMA = T.StructType([T.StructField(name, T.LongType(), False) for name in (*KEY, BUCKET)])
 _BAND_ARROW_SCHEMA = pa.schema([pa.field(name, pa.int64(), False) for name in (*KEY, BUCKET)])
 _PAIR_COLUMNS = [*KEY, *ROOT]
+_ONE_TASK_BATCH_ROWS = 10_000  # removals the one-task path yields at a time
 
 
 def near_duplicates(docs: DataFrame, cfg: NearDedupConfig, num_partitions: int) -> DataFrame:
@@ -98,7 +103,8 @@ def near_duplicates(docs: DataFrame, cfg: NearDedupConfig, num_partitions: int) 
     kept document; its id is the smallest of its content hash's rows).
 
     Runs Spark jobs before it returns (the candidate pairs, their numbering and each round of
-    connected components are local checkpoints); the frame returned joins those back to hashes."""
+    connected components are local checkpoints); the frame returned joins those back to hashes,
+    or, for a graph of at most cfg.one_task_max_pairs pairs, is the one task's checkpointed answer."""
     spark_context = docs.sparkSession.sparkContext
     keyed = with_document_keys(docs)
     pairs = candidate_pairs(band_rows(keyed, cfg), num_partitions)
@@ -107,10 +113,13 @@ def near_duplicates(docs: DataFrame, cfg: NearDedupConfig, num_partitions: int) 
     # Few rows (candidates only), read twice below: computed once, signatures and all.
     with described(spark_context, "near-dedup: MinHash signatures and candidate pairs"):
         pairs = local_checkpoint(pairs)
+        in_one_task = pairs.count() <= cfg.one_task_max_pairs  # as many edges or fewer
+    if in_one_task:
+        with described(spark_context, "near-dedup: connected components in one task"):
+            return local_checkpoint(removed_in_one_task(pairs, candidate_documents(docs, pair_ends(pairs))))
     with described(spark_context, "near-dedup: candidates numbered in (id, content_hash) order"):
         nodes, edges = numbered_edges(pairs, docs)
-        in_one_task = pairs.count() <= cfg.one_task_max_pairs  # as many edges or fewer
-    stars = connected_components(edges, in_one_task)
+    stars = connected_components(edges)
     removed = (
         stars.join(nodes.select(F.col(_NODE).alias(SRC), CONTENT_HASH), SRC)
         .join(nodes.select(F.col(_NODE).alias(DST), F.col(CONTENT_HASH).alias(KEPT_CONTENT_HASH),
@@ -222,18 +231,11 @@ def local_checkpoint(frame: DataFrame) -> DataFrame:
     return checkpointed
 
 
-def connected_components(edges: DataFrame, in_one_task: bool = False) -> DataFrame:
+def connected_components(edges: DataFrame) -> DataFrame:
     """(_src, _dst) edges, SRC > DST -> one edge (node, smallest node of its component) for every
-    node but the smallest. in_one_task: all the edges in one executor task
-    (smallest_in_component), for a graph small enough that Spark's cost per job is most of the
-    rounds' (GCIDE x4, 570k edges: three rounds and their star tests took 5.8-6.3 s on local[2],
-    with 2.3-2.8 s more to make the edges distinct first). Otherwise alternates large-star and
-    small-star until the edges are such stars; raises after ceil(log2(nodes + 2))^2 rounds (the
-    O(log^2 n) bound), which means a bug. The same edges either way."""
+    node but the smallest: alternates large-star and small-star until the edges are such stars;
+    raises after ceil(log2(nodes + 2))^2 rounds (the O(log^2 n) bound), which means a bug."""
     spark_context = edges.sparkSession.sparkContext
-    if in_one_task:
-        with described(spark_context, "near-dedup: connected components in one task"):
-            return local_checkpoint(edges.repartition(1).mapInArrow(_components_in_one_task, edges.schema))
     # One shuffle; adaptive execution sizes its partitions, as it does each round's, by the edges'
     # bytes (16 an edge). The corpus's count (46 at GCIDE x4, for 570k edges) made every round's
     # map stages read dozens of tiny partitions.
@@ -249,17 +251,77 @@ def connected_components(edges: DataFrame, in_one_task: bool = False) -> DataFra
     raise RuntimeError(f"connected components did not converge in {max_rounds} large-star/small-star rounds")
 
 
-def _components_in_one_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The edges (SRC, DST) of the whole graph, in one task -> (node, smallest node of its
-    component) for every node but the smallest."""
-    batches = list(batches)
-    if not batches:
+def removed_in_one_task(pairs: DataFrame, candidates: DataFrame) -> DataFrame:
+    """REMOVED_COLUMNS, as the numbering and the rounds give them, from the candidate pairs (key_hi,
+    key_lo, root_hi, root_lo) and the candidate documents (key_hi, key_lo, id, content_hash;
+    candidate_documents), both in one executor task: for a graph small enough that Spark's cost per
+    job is most of the distributed way's (GCIDE x4, 570k pairs: the sort that numbers the candidates,
+    the joins of the pairs to those numbers and of the components back to hashes, and three rounds
+    with their star tests). The task numbers the candidates in (id, content_hash) order, comparing
+    strings by their UTF-8 bytes as Spark does, and finds the components (smallest_in_component)."""
+    def null(kind: str):
+        return F.lit(None).cast(kind)
+
+    both = pairs.select(*KEY, *ROOT, null("string").alias(ID), null("string").alias(CONTENT_HASH)).unionByName(
+        candidates.select(*KEY, *(null("long").alias(name) for name in ROOT), ID, CONTENT_HASH))
+    return both.repartition(1).mapInArrow(_removed_in_one_task, REMOVED_COLUMNS)
+
+
+def _removed_in_one_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The pairs and the candidate documents of the whole graph (removed_in_one_task's rows: a
+    pair has a root, a document an id) -> REMOVED_COLUMNS. Kept as numpy keys and the documents'
+    ids and hashes only: no copy of the rows as they came."""
+    pair_keys, doc_keys, doc_names = [], [], []
+    for batch in batches:
+        is_pair = batch.column(2).is_valid()  # ROOT[0]
+        pairs, docs = batch.filter(is_pair), batch.filter(pc.invert(is_pair))
+        pair_keys.append(np.column_stack([pairs.column(i).to_numpy() for i in range(4)]))  # KEY, ROOT
+        doc_keys.append(np.column_stack([docs.column(i).to_numpy() for i in range(2)]))  # KEY
+        doc_names.append(pa.record_batch([docs.column(4), docs.column(5)], names=[ID, CONTENT_HASH]))
+    if not doc_names:
         return
-    src, dst = (np.concatenate([batch.column(i).to_numpy() for batch in batches]).astype(np.int64) for i in (0, 1))
-    nodes, smallest = smallest_in_component(src, dst)
+    ids, hashes = (pa.concat_arrays([names.column(i) for names in doc_names]) for i in (0, 1))  # one chunk each: take is fast
+    del doc_names
+    docs = pa.table([ids, hashes], names=[ID, CONTENT_HASH])
+    # A document's number is its place in (id, content_hash) order, as numbered_edges numbers it.
+    order = pc.sort_indices(docs, sort_keys=[(ID, "ascending"), (CONTENT_HASH, "ascending")]).to_numpy()
+    number = np.empty_like(order)
+    number[order] = np.arange(len(order))
+    find = _KeyIndex(np.concatenate(doc_keys))
+    del doc_keys
+    pairs = np.concatenate(pair_keys)
+    del pair_keys
+    a = number[find(pairs[:, 0], pairs[:, 1])]
+    b = number[find(pairs[:, 2], pairs[:, 3])]
+    del pairs, number, find
+    nodes, smallest = smallest_in_component(np.maximum(a, b), np.minimum(a, b))
     linked = np.flatnonzero(nodes != smallest)
-    yield pa.RecordBatch.from_arrays([pa.array(nodes[linked]), pa.array(smallest[linked])],
-                                     names=list(batches[0].schema.names))
+    removed, kept = order[nodes[linked]], order[smallest[linked]]  # rows of docs
+    del nodes, smallest, linked
+    for begin in range(0, len(removed), _ONE_TASK_BATCH_ROWS):  # a batch of strings at a time, not all
+        rows = pa.array(removed[begin:begin + _ONE_TASK_BATCH_ROWS])
+        kept_rows = pa.array(kept[begin:begin + _ONE_TASK_BATCH_ROWS])
+        yield pa.RecordBatch.from_arrays([hashes.take(rows), hashes.take(kept_rows), ids.take(kept_rows)],
+                                         names=REMOVED_COLUMNS.fieldNames())
+
+
+class _KeyIndex:
+    """The row of each document key (key_hi, key_lo) among distinct keys (n, 2), by binary search on
+    the keys sorted: numpy has no 128-bit integer, so the search is on key_hi, and the rare run of
+    keys sharing a key_hi (2^-60 a pair of documents) is searched on key_lo."""
+
+    def __init__(self, keys: np.ndarray):
+        self.rows = np.lexsort((keys[:, 1], keys[:, 0]))
+        self.hi, self.lo = keys[self.rows, 0], keys[self.rows, 1]
+
+    def __call__(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        first, end = np.searchsorted(self.hi, hi, "left"), np.searchsorted(self.hi, hi, "right")
+        found = first.copy()
+        for i in np.flatnonzero(end - first != 1):  # none or several with this key_hi
+            found[i] = first[i] + np.searchsorted(self.lo[first[i]:end[i]], lo[i])
+        if not np.array_equal(self.lo[found], lo):  # also raises IndexError when a key is past the last
+            raise KeyError("a pair's end is not among the candidate documents")
+        return self.rows[found]
 
 
 def smallest_in_component(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -25,9 +25,9 @@ def descriptions_since(spark, after_job: int) -> list[str | None]:
 def near_dedup_phases(rounds: int | None) -> list[str]:
     """The names of near_dedup.near_duplicates's phases, in order, for a graph that took `rounds`
     star tests, or whose connected components were found in one task (rounds None)."""
-    numbered = ["near-dedup: MinHash signatures and candidate pairs",
-                "near-dedup: candidates numbered in (id, content_hash) order"]
+    pairs = "near-dedup: MinHash signatures and candidate pairs"
     if rounds is None:
-        return [*numbered, "near-dedup: connected components in one task"]
-    return [*numbered, "near-dedup: connected components, edges between the numbered candidates",
+        return [pairs, "near-dedup: connected components in one task"]
+    return [pairs, "near-dedup: candidates numbered in (id, content_hash) order",
+            "near-dedup: connected components, edges between the numbered candidates",
             *(f"near-dedup: connected components, star test and round {k}" for k in range(1, rounds + 1))]

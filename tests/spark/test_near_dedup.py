@@ -145,6 +145,24 @@ def test_the_result_does_not_depend_on_partitioning_or_input_order(spark, plante
     assertDataFrameEqual(result, spark.createDataFrame(removed, REMOVED_COLUMNS))
 
 
+@pytest.mark.parametrize("cfg", [CFG, IN_ROUNDS], ids=["components in one task", "in rounds"])
+def test_the_kept_document_is_the_first_in_utf8_byte_order_of_id_then_content_hash(spark, long_texts, cfg):
+    """Ids compared by their UTF-8 bytes, as Spark compares strings (not by UTF-16 units, as Java's
+    String does: there U+1F600 sorts before U+FF21), and equal ids by content hash."""
+    pairs = [(long_texts[50], "\uff21"), (one_word_changed(long_texts[50]), "\U0001f600"),  # U+FF21 first
+             (long_texts[51], "z-doc"), (one_word_changed(long_texts[51]), "\u00e9-doc"),  # z (7a) before é (c3 a9)
+             (long_texts[52], "same"), (one_word_changed(long_texts[52]), "same")]  # the smaller hash first
+    rows, removed = [], []
+    for (first, first_id), (second, second_id) in zip(pairs[::2], pairs[1::2]):
+        assert share_a_band(first, second)
+        rows += [(first_id, first), (second_id, second)]
+        kept, gone = sorted([(first_id.encode(), sha(first), first_id), (second_id.encode(), sha(second), second_id)])
+        removed.append((gone[1], kept[1], kept[2]))
+    rows += [(f"doc-{i}", text) for i, text in enumerate(long_texts[:10])]
+    result = near_duplicates(frame(spark, rows), cfg, num_partitions=3)
+    assertDataFrameEqual(result, spark.createDataFrame(removed, REMOVED_COLUMNS))
+
+
 def test_min_jaccard_drops_candidate_pairs_below_it(spark, long_texts):
     close = one_word_changed(long_texts[0])
     far = long_texts[1] + (" This copy was edited: an added sentence, a second one that says nothing new,"
@@ -243,11 +261,10 @@ def random_graph_with_a_long_path(seed: int, num_nodes: int, path: int, extra: i
     return [(max(p), min(p)) for p in pairs if p[0] != p[1]]
 
 
-@pytest.mark.parametrize("in_one_task", [False, True], ids=["in rounds", "in one task"])
-def test_connected_components_match_union_find_on_a_random_graph_with_a_long_path(spark, in_one_task):
+def test_connected_components_match_union_find_on_a_random_graph_with_a_long_path(spark):
     pairs = random_graph_with_a_long_path(11, 400, 60, 200)
     edges = spark.createDataFrame(pairs, f"{SRC} long, {DST} long")
-    result = connected_components(edges, in_one_task)
+    result = connected_components(edges)
     assertDataFrameEqual(result, spark.createDataFrame(union_find(pairs), f"{SRC} long, {DST} long"))
 
 
