@@ -315,11 +315,11 @@ class _KeyIndex:
         self.hi, self.lo = keys[self.rows, 0], keys[self.rows, 1]
 
     def __call__(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-        first, end = np.searchsorted(self.hi, hi, "left"), np.searchsorted(self.hi, hi, "right")
-        found = first.copy()
-        for i in np.flatnonzero(end - first != 1):  # none or several with this key_hi
-            found[i] = first[i] + np.searchsorted(self.lo[first[i]:end[i]], lo[i])
-        if not np.array_equal(self.lo[found], lo):  # also raises IndexError when a key is past the last
+        found = np.minimum(np.searchsorted(self.hi, hi), len(self.hi) - 1)  # the first key with this key_hi
+        for i in np.flatnonzero(self.lo[found] != lo):  # another key has this key_hi too, or none has
+            end = np.searchsorted(self.hi, hi[i], "right")
+            found[i] = min(found[i] + np.searchsorted(self.lo[found[i]:end], lo[i]), len(self.hi) - 1)
+        if not (np.array_equal(self.hi[found], hi) and np.array_equal(self.lo[found], lo)):
             raise KeyError("a pair's end is not among the candidate documents")
         return self.rows[found]
 

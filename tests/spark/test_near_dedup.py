@@ -10,9 +10,9 @@ from pipeline.config import NearDedupConfig
 from spark_job_names import descriptions_since, last_job_id, near_dedup_phases
 from spark_jobs.clean import CONTENT_HASH
 from spark_jobs.minhash import MinHasher, jaccard
-from spark_jobs.near_dedup import (BUCKET, DST, KEY, REMOVED_COLUMNS, SRC, band_rows, candidate_pairs,
-                                   candidate_documents, connected_components, local_checkpoint, near_duplicates,
-                                   pair_ends, smallest_in_component, with_document_keys)
+from spark_jobs.near_dedup import (BUCKET, DST, KEY, REMOVED_COLUMNS, SRC, _KeyIndex, band_rows, candidate_documents,
+                                   candidate_pairs, connected_components, local_checkpoint, near_duplicates, pair_ends,
+                                   smallest_in_component, with_document_keys)
 from spark_jobs.progress import JOB_DESCRIPTION
 
 pytestmark = pytest.mark.spark
@@ -278,6 +278,23 @@ def test_the_smallest_node_of_each_component_on_larger_graphs_with_repeated_edge
         expected = dict(union_find(pairs))
         assert nodes.tolist() == sorted({n for pair in pairs for n in pair})
         assert {n: s for n, s in zip(nodes.tolist(), smallest.tolist()) if n != s} == expected
+
+
+def test_a_key_is_found_among_others_that_share_its_first_half():
+    """_KeyIndex, without Spark: keys that share key_hi (2^-60 a pair of real documents) are told
+    apart by key_lo; a key that is not there is an error, not some other document's row."""
+    rng = np.random.default_rng(3)
+    keys = np.column_stack([rng.integers(1, 1 << 60, 2_000), rng.integers(1, 1 << 60, 2_000)])
+    keys[100:110, 0] = keys[5, 0]  # eleven keys share one key_hi, two runs share another
+    keys[200:203, 0] = keys[6, 0]
+    keys[-1, 0] = keys[:, 0].max()  # and the largest key_hi twice
+    keys[-2, 0] = keys[-1, 0]
+    find = _KeyIndex(keys)
+    queries = rng.permutation(len(keys))
+    assert find(keys[queries, 0], keys[queries, 1]).tolist() == queries.tolist()
+    for hi, lo in ((keys[5, 0], 7), (keys[-1, 0], 1 << 61), (keys[0, 0] + 1, keys[0, 1])):
+        with pytest.raises(KeyError):
+            find(np.array([keys[9, 0], hi]), np.array([keys[9, 1], lo]))
 
 
 def test_a_local_checkpoint_keeps_its_rows_on_disk_and_none_in_the_executor_heap(spark):
