@@ -153,13 +153,22 @@ def small_tokenizer(docstring_records):
 @pytest.fixture(scope="session")
 def submit_preprocess():
     """Runs spark_jobs/preprocess.py with spark-submit in its own JVM (e.g. on another master),
-    with the environment a user has after `source .venv/bin/activate`."""
-    def submit(config_path: Path, master: str) -> subprocess.CompletedProcess:
+    with the environment a user has after `source .venv/bin/activate`: a plain spark-submit, or,
+    with driver_options, one with the driver's Java options `shardline preprocess` adds (the class
+    archive, the quick JIT for small input), for a test about the job rather than the launch."""
+    def submit(config_path: Path, master: str, driver_options: bool = False) -> subprocess.CompletedProcess:
+        from pipeline import jvm_archive
+        from pipeline.config import load_config
+
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
         env.update(PYTHONPATH=str(REPO_ROOT), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}")
+        command = [str(Path(sys.executable).parent / "spark-submit"), "--master", master, "--conf", "spark.ui.enabled=false"]
+        if driver_options:
+            spark = load_config(str(config_path)).spark.model_copy(update={"master": master})
+            for key, value in jvm_archive.driver_conf(spark, input_bytes=0).items():
+                command += ["--conf", f"{key}={value}"]
         result = subprocess.run(
-            [str(Path(sys.executable).parent / "spark-submit"), "--master", master, "--conf", "spark.ui.enabled=false",
-             str(REPO_ROOT / "spark_jobs" / "preprocess.py"), "--config", str(config_path)],
+            [*command, str(REPO_ROOT / "spark_jobs" / "preprocess.py"), "--config", str(config_path)],
             cwd=Path(config_path).parent, env=env, capture_output=True, text=True, timeout=600,
         )
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]

@@ -94,7 +94,7 @@ def test_a_fresh_run_dir_on_local_1_builds_the_same_bpe_dataset(packed, submit_p
     config, _, _ = packed
     single = build_config({**config.to_dict(), "run_dir": str(tmp_path / "single")})
     save_config(single, str(tmp_path / "single.yaml"))
-    submit_preprocess(tmp_path / "single.yaml", "local[1]")
+    submit_preprocess(tmp_path / "single.yaml", "local[1]", driver_options=True)
     first = contents_of(config.dataset_dir)
     assert first["shards"] and first["rejects"] and first["tokenizer"]
     assert contents_of(single.dataset_dir) == first
