@@ -157,18 +157,21 @@ def submit_preprocess():
     with driver_options, one with the driver's Java options `shardline preprocess` adds (the class
     archive, the quick JIT for small input), for a test about the job rather than the launch."""
     def submit(config_path: Path, master: str, driver_options: bool = False) -> subprocess.CompletedProcess:
-        from pipeline import jvm_archive
-        from pipeline.config import load_config
+        import yaml
+
+        from pipeline import launch
+        from pipeline.config import build_config
 
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
         env.update(PYTHONPATH=str(REPO_ROOT), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}")
-        command = [str(Path(sys.executable).parent / "spark-submit"), "--master", master, "--conf", "spark.ui.enabled=false"]
+        command = [str(Path(sys.executable).parent / "spark-submit"), "--master", master]
         if driver_options:
-            spark = load_config(str(config_path)).spark.model_copy(update={"master": master})
-            for key, value in jvm_archive.driver_conf(spark, input_bytes=0).items():
-                command += ["--conf", f"{key}={value}"]
+            # build_config, not load_config: that would also reconfigure this process's storage layer.
+            config = build_config(yaml.safe_load(Path(config_path).read_text()), [f"spark.master={master}"])
+            command = launch.spark_submit_args(config, input_bytes=0)
         result = subprocess.run(
-            [*command, str(REPO_ROOT / "spark_jobs" / "preprocess.py"), "--config", str(config_path)],
+            [*command, "--conf", "spark.ui.enabled=false", str(REPO_ROOT / "spark_jobs" / "preprocess.py"),
+             "--config", str(config_path)],
             cwd=Path(config_path).parent, env=env, capture_output=True, text=True, timeout=600,
         )
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dataset_reads import split_rows
-from pipeline import contract, jvm_archive, storage
+from pipeline import contract, launch, storage
 from pipeline.config import build_config, save_config
 from pipeline.demo import demo_records, write_jsonl
 from spark_jobs.preprocess import build_dataset
@@ -61,13 +61,11 @@ def _submit(config, tmp_path: Path, master: str = "local[2]", fault: str | None 
         env["SHARDLINE_FAULT"] = fault
     for inherited in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
         env.pop(inherited, None)
-    # The driver options `shardline preprocess` launches with (the class archive, the quick JIT for
-    # small input): the protocol is the same, and a build of this corpus took 16 s instead of 27 (2 cores).
-    options = jvm_archive.driver_conf(config.spark.model_copy(update={"master": master}), input_bytes=0)
-    command = [str(Path(sys.executable).parent / "spark-submit"), "--master", master, "--conf", "spark.ui.enabled=false"]
-    for key, value in options.items():
-        command += ["--conf", f"{key}={value}"]
-    command += [str(REPO_ROOT / "spark_jobs" / "preprocess.py"), "--config", str(config_path), "--force"]
+    # spark-submit as `shardline preprocess` launches it (the class archive, the quick JIT for small
+    # input): the protocol is the same, and a build of this corpus took 16 s instead of 27 (2 cores).
+    config = config.model_copy(update={"spark": config.spark.model_copy(update={"master": master})})
+    command = [*launch.spark_submit_args(config, input_bytes=0), "--conf", "spark.ui.enabled=false",
+               str(REPO_ROOT / "spark_jobs" / "preprocess.py"), "--config", str(config_path), "--force"]
     process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)
     if not wait:
