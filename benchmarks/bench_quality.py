@@ -386,7 +386,7 @@ def bench_cost_each(workdir: Path, copies: int, join: int = 1, task: str = "clas
 
 def bench_filters(workdir: Path, entries: int = 40_000) -> None:
     from pipeline.config import build_config
-    from spark_jobs import language, text_filters
+    from spark_jobs import english_words, language, text_filters
 
     quality = build_config({"run_dir": str(workdir / "filters"), "data": {"input": "unused", "label_column": "label"},
                             "tokenizer": {"path": TOKENIZER},
@@ -396,7 +396,7 @@ def bench_filters(workdir: Path, entries: int = 40_000) -> None:
     every = text_filters.TextFilters(quality)
     for label, docs in (("GCIDE entries", texts),
                         ("entries joined 12 at a time", joined(texts, 12))):
-        words = [text_filters.spacy_english_words(text) for text in docs]  # warms the chunk cache as a worker's is
+        words = [english_words.spacy_english_words(text) for text in docs]  # warms the chunk cache as a worker's is
 
         def per_doc(work) -> float:
             best = float("inf")
@@ -414,7 +414,7 @@ def bench_filters(workdir: Path, entries: int = 40_000) -> None:
                 prepared.append(doc)
             return per_doc(lambda: check(cfg, prepared))
 
-        figures = {"words": per_doc(lambda: [text_filters.spacy_english_words(text) for text in docs])}
+        figures = {"words": per_doc(lambda: [english_words.spacy_english_words(text) for text in docs])}
         for name, check in (("gopher_quality", text_filters._EachDocument(text_filters._gopher_quality)),
                             ("gopher_repetition", text_filters._gopher_repetition),  # the whole corpus at once
                             ("c4", text_filters._EachDocument(text_filters._c4)),

@@ -12,7 +12,8 @@ from pipeline.config import (
     GopherRepetitionConfig,
     QualityConfig,
 )
-from spark_jobs.text_filters import RULES, TextFilters, count_sentences, spacy_english_words
+from spark_jobs.english_words import spacy_english_words
+from spark_jobs.text_filters import RULES, TextFilters
 
 pytestmark = pytest.mark.unit
 
@@ -44,33 +45,6 @@ def words(n: int) -> str:
     """n distinct lowercase words of 4 to 7 letters (no stop word among them)."""
     return " ".join("w" + "abcdef"[: 3 + i % 4] + chr(ord("a") + i // 26 % 26) + chr(ord("a") + i % 26)
                     for i in range(n))
-
-
-# --- Words as spaCy's English tokenizer makes them (what datatrove counts) -------------------------
-
-@pytest.mark.parametrize(("text", "tokens"), [
-    ("plain words only", ["plain", "words", "only"]),
-    ("It ends here.", ["It", "ends", "here", "."]),  # a period after a lowercase letter is split off
-    ("Mr. Smith and e.g. this", ["Mr.", "Smith", "and", "e.g.", "this"]),  # listed abbreviations stay whole
-    ("I don't know", ["I", "do", "n't", "know"]),  # contractions are split
-    ("(quoted), \"yes\"!", ["(", "quoted", ")", ",", '"', "yes", '"', "!"]),
-    ("a well-known fact", ["a", "well", "-", "known", "fact"]),  # hyphens between letters are infixes
-    ("see https://example.org/a?b=c.", ["see", "https://example.org/a?b=c", "."]),  # URLs stay whole
-    ("it costs $5 or 10km", ["it", "costs", "$", "5", "or", "10", "km"]),
-    ("smile :) ok", ["smile", ":)", "ok"]),
-    ("wait... what", ["wait", "...", "what"]),
-    # Pieces the affix rules cut apart that join into an exception again: "):", "m.", "=(".
-    ("(see n.): 44m., =(word", ["(", "see", "n.", "):", "44", "m.", ",", "=(", "word"]),
-])
-def test_words_follow_spacys_english_rules(text, tokens):
-    assert spacy_english_words(text) == tokens
-
-
-def test_sentences_split_after_final_punctuation_but_not_after_abbreviations():
-    assert count_sentences("One is here. Two is here! Three?") == 3
-    assert count_sentences("Mr. Smith met Dr. Jones.") == 1
-    assert count_sentences("It ends here...") == 1  # '...' is no sentence end for the sentencizer
-    assert count_sentences("Really?! Yes.") == 2  # a run of final punctuation ends one sentence
 
 
 # --- Gopher quality ----------------------------------------------------------------------------------
@@ -386,22 +360,6 @@ def test_filters_survive_pickling_as_a_spark_task_carries_them():
     f = TextFilters(QualityConfig(gopher_quality={}, c4={}))
     texts = ["too short", words(60) + " the and"]
     assert pickle.loads(pickle.dumps(f))(texts) == f(texts) == ["gopher_quality.short_doc", "c4.too_few_sentences"]
-
-
-def test_the_shortcut_for_a_word_with_one_character_split_off_agrees_with_the_affix_rules(docstring_records):
-    """spacy_english_words splits "word," "word." "[word" "(1" and the like without the regexes;
-    every chunk it takes that way must get what the full prefix/suffix/infix/exception path gives."""
-    from spark_jobs import text_filters
-
-    chunks = {chunk for record in docstring_records for chunk in record["text"].split()}
-    cores = ("word", "Word", "WORD", "aB", "Ab", "A", "a", "USA", "Mr", "vs", "etc", "cannot", "Ill", "é", "日本",
-             "\U0002000b", "x", "9", "12", "٣", "1a")
-    chunks |= {core + last for core in cores for last in ",;:!?)]}.'\"-"} | {first + core for core in cores for first in "([{<'-"}
-    taken = [chunk for chunk in chunks if text_filters._simple_split(chunk) is not None]
-    assert len(taken) > 1000
-    assert [(c, text_filters._split_chunk(c)) for c in taken if text_filters._split_chunk(c) != text_filters._simple_split(c)] == []
-    assert spacy_english_words("Mr. Smith, aB. then cannot; (12 end.") == ["Mr.", "Smith", ",", "aB.", "then", "can", "not",
-                                                                          ";", "(", "12", "end", "."]
 
 
 def _counted_in_full(words: list[str], n: int) -> tuple[int, int, int]:

@@ -1,0 +1,48 @@
+"""spark_jobs.english_words: spaCy's English tokens and sentences on texts that exercise each kind
+of rule, and the shortcut for the commonest chunks against the full rules. spaCy itself on a real
+corpus is tests/current_stack/test_filter_parity.py."""
+import pytest
+
+from spark_jobs import english_words
+from spark_jobs.english_words import count_sentences, spacy_english_words
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(("text", "tokens"), [
+    ("plain words only", ["plain", "words", "only"]),
+    ("It ends here.", ["It", "ends", "here", "."]),  # a period after a lowercase letter is split off
+    ("Mr. Smith and e.g. this", ["Mr.", "Smith", "and", "e.g.", "this"]),  # listed abbreviations stay whole
+    ("I don't know", ["I", "do", "n't", "know"]),  # contractions are split
+    ("(quoted), \"yes\"!", ["(", "quoted", ")", ",", '"', "yes", '"', "!"]),
+    ("a well-known fact", ["a", "well", "-", "known", "fact"]),  # hyphens between letters are infixes
+    ("see https://example.org/a?b=c.", ["see", "https://example.org/a?b=c", "."]),  # URLs stay whole
+    ("it costs $5 or 10km", ["it", "costs", "$", "5", "or", "10", "km"]),
+    ("smile :) ok", ["smile", ":)", "ok"]),
+    ("wait... what", ["wait", "...", "what"]),
+    # Pieces the affix rules cut apart that join into an exception again: "):", "m.", "=(".
+    ("(see n.): 44m., =(word", ["(", "see", "n.", "):", "44", "m.", ",", "=(", "word"]),
+])
+def test_words_follow_spacys_english_rules(text, tokens):
+    assert spacy_english_words(text) == tokens
+
+
+def test_sentences_split_after_final_punctuation_but_not_after_abbreviations():
+    assert count_sentences("One is here. Two is here! Three?") == 3
+    assert count_sentences("Mr. Smith met Dr. Jones.") == 1
+    assert count_sentences("It ends here...") == 1  # '...' is no sentence end for the sentencizer
+    assert count_sentences("Really?! Yes.") == 2  # a run of final punctuation ends one sentence
+
+
+def test_the_shortcut_for_a_word_with_one_character_split_off_agrees_with_the_affix_rules(docstring_records):
+    """spacy_english_words splits "word," "word." "[word" "(1" and the like without the regexes;
+    every chunk it takes that way must get what the full prefix/suffix/infix/exception path gives."""
+    chunks = {chunk for record in docstring_records for chunk in record["text"].split()}
+    cores = ("word", "Word", "WORD", "aB", "Ab", "A", "a", "USA", "Mr", "vs", "etc", "cannot", "Ill", "é", "日本",
+             "\U0002000b", "x", "9", "12", "٣", "1a")
+    chunks |= {core + last for core in cores for last in ",;:!?)]}.'\"-"} | {first + core for core in cores for first in "([{<'-"}
+    taken = [chunk for chunk in chunks if english_words._simple_split(chunk) is not None]
+    assert len(taken) > 1000
+    assert [(c, english_words._split_chunk(c)) for c in taken if english_words._split_chunk(c) != english_words._simple_split(c)] == []
+    assert spacy_english_words("Mr. Smith, aB. then cannot; (12 end.") == ["Mr.", "Smith", ",", "aB.", "then", "can", "not",
+                                                                          ";", "(", "12", "end", "."]
