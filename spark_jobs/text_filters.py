@@ -19,12 +19,11 @@ the first rule it fails). datatrove with spaCy took 9.5 / 10.3 / 3.1 / 3.3 ms a 
 earlier run.
 
 Earlier, on 40,000 GCIDE entries (320 characters, a dictionary's markup: 45 % of the chunks need
-splitting) all four took 160 us a document, the words 50 us, with `_simple_split` taking "word,"
-"[word" and the like past the regexes and gopher_repetition counting no longer n-grams once
-shorter ones are all distinct (196 and 73 us without either); since then the n-gram rules look
-only where shorter n-grams repeat, numbered for a run of documents at once
-(repeated_word_ngrams), and `benchmarks/bench_quality.py --parts filters` gives each filter's
-cost.
+splitting) all four took 160 us a document, the words 50 us, with english_words._simple_split
+taking "word," "[word" and the like past the regexes and gopher_repetition counting no longer
+n-grams once shorter ones are all distinct (196 and 73 us without either); since then the n-gram
+rules look only where shorter n-grams repeat, numbered for a run of documents at once
+(repeated_word_ngrams), and `benchmarks/bench_quality.py --parts filters` gives each filter's cost.
 
 Deliberate differences from datatrove: a threshold of 0 is a threshold (datatrove's truthiness test
 turns it off; here only null does); empty texts and ratios over zero words do not raise; repeated
