@@ -99,12 +99,17 @@ def training_sample(texts: DataFrame, sample_size: int, num_texts: int, seed: in
 
 
 def read_clean(spark: SparkSession, config: ShardlineConfig, files: list) -> DataFrame:
-    """Every input record, its text cleaned in the task that read it (read.read_corpus), then every
-    record check in order; the first failing check names the reject."""
+    """Every input record, its text cleaned, and with preprocess.quality judged by its heuristic
+    rules and language, in the task that read it (read.read_corpus), then every record check in
+    order; the first failing check names the reject."""
     pre = config.preprocess
     cleaner = clean.TextCleaner(pre.normalization, pre.collapse_whitespace)
-    records = read.read_corpus(spark, config.data, files, cleaner if cleaner.active else None)
-    return clean_records(records, config)
+    judge = quality.removal_marker(pre.quality) if pre.quality.active else None
+    records = read.read_corpus(spark, config.data, files, cleaner if cleaner.active else None, judge)
+    records = clean_records(records, config)
+    if pre.quality.active and judge is None:  # near-dedup alone: no rule judged a text
+        records = records.withColumn(quality.REMOVED_BY, F.lit(None).cast("string"))
+    return records
 
 
 def clean_records(records: DataFrame, config: ShardlineConfig) -> DataFrame:
@@ -241,10 +246,7 @@ def _build(spark: SparkSession, config: ShardlineConfig, files: list, num_partit
     # each batch in heap buffers the memory store does not account for, and a 1 GB corpus filled a
     # 1 GB heap with cached blocks until a task's batch no longer fit (OutOfMemoryError); on disk
     # the heap holds one batch per task, whatever the corpus size.
-    records = read_clean(spark, config, files)
-    if pre.quality.active:  # heuristic rules and language, in the task that read the text
-        records = quality.mark_removals(records, pre.quality)
-    records = records.persist(PERSIST)
+    records = read_clean(spark, config, files).persist(PERSIST)
     good, rejected = read.split_rejects(records)
     good = good.transform(lambda d: clean.with_ids(d, config.data.id_column is not None))
     wants_labels = pre.task == "classification" and config.data.labels is None

@@ -1,16 +1,14 @@
 """Corpus quality in the Spark job: heuristic rules, language identification, near-duplicate removal.
 
-Pure DataFrame -> DataFrame functions. A removed record is not dropped here: it gets `removed_by`,
-the quality rule that removed it (records that are rejects keep their reject_reason instead and are
-never looked at), and the job's removal writer counts every one by rule and keeps a sample in
-removed/ (shard.write_removed). Order, cheap first: the heuristic filters (text_filters), then the
-language of what they kept (or the language first, with language.before_filters), then
-near-duplicates among what is still kept; all before the tokenizer is trained, so its vocabulary
-sees only kept text.
+Pure DataFrame -> DataFrame functions, and the read task's judge (RemovalMarker). A removed record
+is not dropped here: it gets `removed_by`, the quality rule that removed it (records that are
+rejects keep their reject_reason instead: what a rule said of them counts nowhere), and the job's
+removal writer counts every one by rule and keeps a sample in removed/ (shard.write_removed). Order,
+cheap first: the heuristic filters (text_filters), then the language of what they kept (or the
+language first, with language.before_filters), then near-duplicates among what is still kept; all
+before the tokenizer is trained, so its vocabulary sees only kept text.
 """
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -21,7 +19,7 @@ from pipeline import contract
 from pipeline.config import QualityConfig
 from pipeline.errors import ShardlineError
 from spark_jobs import clean, language, near_dedup, text_filters
-from spark_jobs.read import LABEL_RAW, OFFSET, REJECT_REASON, SOURCE, TEXT
+from spark_jobs.read import LABEL_RAW, OFFSET, SOURCE, TEXT
 
 REMOVED_BY = contract.REMOVED_BY  # the quality rule that removed the record; null while it is kept
 DUPLICATE_OF = contract.DUPLICATE_OF  # near_dedup: the id of the document kept in this one's place
@@ -30,55 +28,57 @@ LANGUAGE, LANGUAGE_SCORE = contract.LANGUAGE, contract.LANGUAGE_SCORE
 REMOVED_COLUMNS = [SOURCE, OFFSET, REMOVED_BY, TEXT, LABEL_RAW, LANGUAGE, LANGUAGE_SCORE, DUPLICATE_OF]  # removed/
 
 
-def mark_removals(records: DataFrame, quality: QualityConfig) -> DataFrame:
-    """removed_by (and, with quality.language, language and language_score) on every record that is
-    not a reject: the first heuristic rule it fails, else its language's verdict (with
-    language.before_filters, the language's verdict first). One Python pass over the text, in the
-    task that read it."""
-    if not quality.filters_active and quality.language is None:
-        return records.withColumn(REMOVED_BY, F.lit(None).cast("string"))
-    fields = [T.StructField(REMOVED_BY, T.StringType())]
-    if quality.language is not None:
-        fields += [T.StructField(LANGUAGE, T.StringType()), T.StructField(LANGUAGE_SCORE, T.FloatType())]
-    out_schema = T.StructType(records.schema.fields + fields)
-    names = records.columns
-    text_index, reason_index = names.index(TEXT), names.index(REJECT_REASON)
+class RemovalMarker:
+    """removed_by (and, with quality.language, language and language_score) of a batch of records:
+    the first heuristic rule a record fails, else its language's verdict (with
+    language.before_filters, the language's verdict first); null on the reader's rejects. A
+    read.RecordJudge: the task that read the records calls it on the texts it holds as Python
+    strings, so the text crosses into the JVM once (a pass of its own sent every column to Python
+    and back: 5-10 s of the GCIDE x4 job). The record checks after the read (length, label, id) come
+    later, so a record they reject may have been judged: read.split_rejects takes the rejects first,
+    so its verdict counts nowhere."""
 
-    def mark(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        filters = text_filters.TextFilters(quality)
-        identifier = language.LanguageIdentifier(quality.language) if quality.language is not None else None
-        language_first = identifier is not None and quality.language.before_filters
-        for batch in batches:
-            texts = batch.column(text_index).to_pylist()
-            rejected = batch.column(reason_index).to_pylist()
-            reasons = [None] * len(texts)
-            languages, scores = [None] * len(texts), [None] * len(texts)
-            undecided = [row for row, (text, reject) in enumerate(zip(texts, rejected))
-                         if reject is None and text is not None]
+    def __init__(self, quality: QualityConfig):
+        self.filters = text_filters.TextFilters(quality)
+        self.identifier = language.LanguageIdentifier(quality.language) if quality.language is not None else None
+        self.language_first = self.identifier is not None and quality.language.before_filters
+        self.fields = [T.StructField(REMOVED_BY, T.StringType())]
+        if self.identifier is not None:
+            self.fields += [T.StructField(LANGUAGE, T.StringType()), T.StructField(LANGUAGE_SCORE, T.FloatType())]
 
-            def judge(rows: list[int], verdicts: list) -> list[int]:
-                """Records each row's verdict; the rows still kept."""
-                for row, verdict in zip(rows, verdicts):
-                    reasons[row] = verdict
-                return [row for row, verdict in zip(rows, verdicts) if verdict is None]
+    def __call__(self, texts: list[str | None], reject_reasons: list[str | None]) -> list[pa.Array]:
+        identifier = self.identifier
+        reasons = [None] * len(texts)
+        languages, scores = [None] * len(texts), [None] * len(texts)
+        undecided = [row for row, (text, reject) in enumerate(zip(texts, reject_reasons))
+                     if reject is None and text is not None]
 
-            def language_verdicts(rows: list[int]) -> list:
-                for row in rows:
-                    languages[row], scores[row] = identifier.identify(texts[row])
-                return [identifier.removal_reason(languages[row], scores[row]) for row in rows]
+        def judge(rows: list[int], verdicts: list) -> list[int]:
+            """Records each row's verdict; the rows still kept."""
+            for row, verdict in zip(rows, verdicts):
+                reasons[row] = verdict
+            return [row for row, verdict in zip(rows, verdicts) if verdict is None]
 
-            if language_first:
-                undecided = judge(undecided, language_verdicts(undecided))
-            if filters.active:
-                undecided = judge(undecided, filters([texts[row] for row in undecided]))
-            if identifier is not None and not language_first:
-                judge(undecided, language_verdicts(undecided))
-            extra = [pa.array(reasons, pa.string())]
-            if identifier is not None:
-                extra += [pa.array(languages, pa.string()), pa.array(scores, pa.float32())]
-            yield pa.RecordBatch.from_arrays(list(batch.columns) + extra, names=out_schema.fieldNames())
+        def language_verdicts(rows: list[int]) -> list:
+            for row in rows:
+                languages[row], scores[row] = identifier.identify(texts[row])
+            return [identifier.removal_reason(languages[row], scores[row]) for row in rows]
 
-    return records.mapInArrow(mark, out_schema)
+        if self.language_first:
+            undecided = judge(undecided, language_verdicts(undecided))
+        if self.filters.active:
+            undecided = judge(undecided, self.filters([texts[row] for row in undecided]))
+        if identifier is not None and not self.language_first:
+            judge(undecided, language_verdicts(undecided))
+        columns = [pa.array(reasons, pa.string())]
+        if identifier is not None:
+            columns += [pa.array(languages, pa.string()), pa.array(scores, pa.float32())]
+        return columns
+
+
+def removal_marker(quality: QualityConfig) -> RemovalMarker | None:
+    """The read task's judge for quality's heuristic rules and language; None when neither is on."""
+    return RemovalMarker(quality) if quality.filters_active or quality.language is not None else None
 
 
 def mark_near_duplicates(good: DataFrame, quality: QualityConfig, num_partitions: int) -> DataFrame:

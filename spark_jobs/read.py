@@ -24,6 +24,7 @@ import json
 import zlib
 import math
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -54,6 +55,16 @@ RECORD_SCHEMA = T.StructType([
     T.StructField(RECORD, T.StringType()),
 ])
 REJECT_COLUMNS = [SOURCE, OFFSET, REJECT_REASON, RECORD, TEXT, LABEL_RAW]  # what rejects/ keeps
+
+
+class RecordJudge(Protocol):
+    """Columns computed from the records' texts in the task that read them (quality.RemovalMarker),
+    so the text crosses from Python into the JVM once, with its verdicts."""
+
+    fields: list[T.StructField]
+
+    def __call__(self, texts: list[str | None], reject_reasons: list[str | None]) -> list[pa.Array]: ...
+
 
 _RECORD_EXCERPT = 4096  # characters of a rejected record kept in rejects/
 _BATCH_ROWS = 8192  # rows per Arrow batch the Python reader yields
@@ -108,21 +119,23 @@ TextCleaner = Callable[[list], list]  # texts (None for rejects) -> cleaned text
 
 
 def read_corpus(spark: SparkSession, cfg: DataConfig, files: list[storage.FileEntry],
-                clean_text: TextCleaner | None = None) -> DataFrame:
-    """All input records in RECORD_SCHEMA; rejects carry a reason, documents a null one.
+                clean_text: TextCleaner | None = None, judge: RecordJudge | None = None) -> DataFrame:
+    """All input records in RECORD_SCHEMA (then judge.fields); rejects carry a reason, documents a
+    null one.
 
     Every format is read by Python on the executors through the storage layer, so s3://, gs://,
     hdfs:// and local input need no Hadoop connector and get exactly the same bad-record accounting.
-    `clean_text` (clean.TextCleaner) runs on each batch in the task that read it: the text crosses
-    from Python into the JVM once, already cleaned."""
+    `clean_text` (clean.TextCleaner), then `judge`, run on each batch in the task that read it: the
+    text crosses from Python into the JVM once, already cleaned and judged."""
+    steps = _BatchSteps(clean_text, judge)
     fmt = detect_format(files, cfg.format)
     if fmt in ("text", "jsonl"):
-        return _read_lines(spark, cfg, fmt, files, clean_text)
+        return _read_lines(spark, cfg, fmt, files, steps)
     if fmt == "csv":
         _check_csv_headers(cfg, files)
-        return _read_per_file(spark, files, CsvFile(cfg), clean_text)
+        return _read_per_file(spark, files, CsvFile(cfg), steps)
     _check_parquet_schemas(cfg, files)
-    return _read_per_file(spark, files, _ParquetFile(cfg), clean_text)
+    return _read_per_file(spark, files, _ParquetFile(cfg), steps)
 
 
 def _wanted_columns(cfg: DataConfig) -> list[str]:
@@ -153,8 +166,7 @@ def _check_parquet_schemas(cfg: DataConfig, files: list[storage.FileEntry]) -> N
             raise InputError(f"{entry.uri} has no column(s) {missing}; its columns are {names}")
 
 
-def _read_per_file(spark: SparkSession, files: list[storage.FileEntry], parse,
-                   clean_text: TextCleaner | None) -> DataFrame:
+def _read_per_file(spark: SparkSession, files: list[storage.FileEntry], parse, steps: _BatchSteps) -> DataFrame:
     """One task per file; `parse(uri)` yields RECORD_SCHEMA tuples."""
     uris = [f.uri for f in files]
     options = storage.current_options()
@@ -163,9 +175,9 @@ def _read_per_file(spark: SparkSession, files: list[storage.FileEntry], parse,
         storage.configure(options)
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                yield from _batches(parse(uris[index]), clean_text)
+                yield from _batches(parse(uris[index]), steps)
 
-    return spark.range(len(uris), numPartitions=max(1, len(uris))).mapInArrow(read_files, RECORD_SCHEMA)
+    return spark.range(len(uris), numPartitions=max(1, len(uris))).mapInArrow(read_files, steps.schema)
 
 
 class CsvFile:
@@ -309,7 +321,7 @@ def pack_chunks(chunks: list[tuple[str, int, int]], sizes: dict[str, int], task_
 
 
 def _read_lines(spark: SparkSession, cfg: DataConfig, fmt: str, files: list[storage.FileEntry],
-                clean_text: TextCleaner | None) -> DataFrame:
+                steps: _BatchSteps) -> DataFrame:
     task_bytes = (cfg.chunk_mb << 20) if cfg.chunk_mb else partition_bytes(sum(f.size for f in files))
     tasks = pack_chunks(plan_chunks(files, task_bytes, whole_files=cfg.doc_per_file),
                         {f.uri: f.size for f in files}, task_bytes)
@@ -326,9 +338,9 @@ def _read_lines(spark: SparkSession, cfg: DataConfig, fmt: str, files: list[stor
                 for path, start, end in tasks[index]:
                     records = _whole_file(path) if doc_per_file else read_chunk_lines(path, start, end)
                     source = storage.as_uri(path)  # file:///… for local files, as Spark names its inputs
-                    yield from _batches((parse(raw, source, offset) for raw, offset in records), clean_text)
+                    yield from _batches((parse(raw, source, offset) for raw, offset in records), steps)
 
-    return task_df.mapInArrow(read_chunks, RECORD_SCHEMA)
+    return task_df.mapInArrow(read_chunks, steps.schema)
 
 
 # A record from a chunk: (raw bytes, offset), or (exception, offset) when the file could not be read on.
@@ -452,25 +464,37 @@ def _is_unicode(text: str) -> bool:
     return True
 
 
-def _batches(rows: Iterator[tuple], clean_text: TextCleaner | None = None) -> Iterator[pa.RecordBatch]:
-    names = RECORD_SCHEMA.fieldNames()
-    types = [pa.string(), pa.string(), pa.string(), pa.string(), pa.int64(), pa.string(), pa.string()]
+class _BatchSteps:
+    """What the read task does to each batch of RECORD_SCHEMA tuples before the JVM gets it: clean
+    the texts, then add the judge's columns."""
+
+    _TYPES = [pa.string(), pa.string(), pa.string(), pa.string(), pa.int64(), pa.string(), pa.string()]
+    _TEXT, _REJECT_REASON = RECORD_SCHEMA.fieldNames().index(TEXT), RECORD_SCHEMA.fieldNames().index(REJECT_REASON)
+
+    def __init__(self, clean_text: TextCleaner | None = None, judge: RecordJudge | None = None):
+        self.clean_text, self.judge = clean_text, judge
+        self.schema = RECORD_SCHEMA if judge is None else T.StructType(RECORD_SCHEMA.fields + judge.fields)
+        self.names = self.schema.fieldNames()
+
+    def __call__(self, rows: list[tuple]) -> pa.RecordBatch:
+        columns = list(zip(*rows))
+        if self.clean_text is not None:
+            columns[self._TEXT] = self.clean_text(list(columns[self._TEXT]))
+        arrays = [pa.array(c, type=t) for c, t in zip(columns, self._TYPES)]
+        if self.judge is not None:
+            arrays += self.judge(list(columns[self._TEXT]), list(columns[self._REJECT_REASON]))
+        return pa.RecordBatch.from_arrays(arrays, names=self.names)
+
+
+def _batches(rows: Iterator[tuple], to_batch: _BatchSteps) -> Iterator[pa.RecordBatch]:
     buffer: list[tuple] = []
     for row in rows:
         buffer.append(row)
         if len(buffer) == _BATCH_ROWS:
-            yield _to_batch(buffer, names, types, clean_text)
+            yield to_batch(buffer)
             buffer = []
     if buffer:
-        yield _to_batch(buffer, names, types, clean_text)
-
-
-def _to_batch(rows: list[tuple], names: list[str], types: list[pa.DataType],
-              clean_text: TextCleaner | None = None) -> pa.RecordBatch:
-    columns = list(zip(*rows))
-    if clean_text is not None:
-        columns[0] = clean_text(list(columns[0]))
-    return pa.RecordBatch.from_arrays([pa.array(c, type=t) for c, t in zip(columns, types)], names=names)
+        yield to_batch(buffer)
 
 
 # --- rejects ----------------------------------------------------------------------------------------

@@ -119,7 +119,7 @@ def test_near_dedup_hashes_the_documents_as_the_tokenizing_stage_does_so_their_t
 
     config, manifest = built[:2]
     pre = config.preprocess
-    records = quality.mark_removals(read_clean(spark, config, read.resolve_input_files(config.data.input)), pre.quality)
+    records = read_clean(spark, config, read.resolve_input_files(config.data.input))
     good = read.split_rejects(records)[0].transform(lambda d: clean.with_ids(d, id_from_input=False))
 
     def documents(near_marked):
