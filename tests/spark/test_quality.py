@@ -37,6 +37,8 @@ def _corpus(docstring_records):
         {"text": GERMAN, "label": "logging"},
         {"text": near_copy, "label": original["label"]},
         dict(records[0]),  # an exact copy: de-duplication's, not a quality rule's
+        # The read task's judge calls this lorem ipsum c4's, then the label check rejects it: a reject.
+        {"text": LOREM + " Unlabelled.", "label": None},
     ]
     return records + planted, original["text"], near_copy
 
@@ -74,6 +76,7 @@ def test_every_input_record_is_a_document_a_reject_a_duplicate_or_removed_by_one
                                       + sum(manifest.removed_by_rule.values()))
     assert manifest.removed_by_rule["c4.lorem_ipsum"] == 2
     assert manifest.removed_by_rule[NEAR_DUPLICATE] == 1
+    assert manifest.rejected_by_reason == {"missing_label": 1}  # counted there only, not also as c4's
     # With a sample bigger than any rule's removals, removed/ holds every one: the counts the writers
     # reported are what they saw.
     rows = listed_rows(config.dataset_dir, manifest.removed_files)
