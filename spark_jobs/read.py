@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_type
 
 from pipeline import inputs, storage
 from pipeline.config import DataConfig
@@ -468,10 +469,10 @@ class _BatchSteps:
     """What the read task does to each batch of RECORD_SCHEMA tuples before the JVM gets it: clean
     the texts, then add the judge's columns."""
 
-    _TYPES = [pa.string(), pa.string(), pa.string(), pa.string(), pa.int64(), pa.string(), pa.string()]
+    _TYPES = [to_arrow_type(field.dataType) for field in RECORD_SCHEMA.fields]
     _TEXT, _REJECT_REASON = RECORD_SCHEMA.fieldNames().index(TEXT), RECORD_SCHEMA.fieldNames().index(REJECT_REASON)
 
-    def __init__(self, clean_text: TextCleaner | None = None, judge: RecordJudge | None = None):
+    def __init__(self, clean_text: TextCleaner | None, judge: RecordJudge | None):
         self.clean_text, self.judge = clean_text, judge
         self.schema = RECORD_SCHEMA if judge is None else T.StructType(RECORD_SCHEMA.fields + judge.fields)
         self.names = self.schema.fieldNames()
