@@ -38,7 +38,8 @@ Corpora (offline, from Debian packages, see corpora.py):
   of what the filters read.
 - cost_each (not in the default parts): the same corpus and job with each quality part alone (the
   filters, every rule computed; lid.176; near-dedup), each against the job without quality, ratios
-  as for cost: how much of the cost each part makes.
+  as for cost: how much of the cost each part makes; then lid.176 and near-dedup together, the
+  job's cost were the filters free.
 - scaling: the near-dedup stage's seconds (manifest stage_seconds "quality", only near_dedup on) on
   local[1], local[2] and local[1] with the whole process tree pinned to one core (local[1] alone keeps
   more than one core busy), GCIDE x --copies, and its phases' (the Spark job descriptions the job
@@ -375,7 +376,8 @@ def bench_cost_each(workdir: Path, copies: int, join: int = 1, task: str = "clas
     """The job with each quality part alone, against the job without quality: how much of the
     budget each takes."""
     corpus, off_seconds, off = _cost_baseline(workdir, copies, join, task)
-    for name, part in COST_PARTS.items():
+    all_but_filters = {**COST_PARTS["language"], **COST_PARTS["near_dedup"]}
+    for name, part in (*COST_PARTS.items(), ("language and near_dedup (all but the filters)", all_but_filters)):
         seconds, on, _ = build("local[2]", corpus, workdir / "on", {**part, "max_removed_fraction": 1.0}, task=task)
         added = _added_seconds(on, off)
         print(f"  {name} alone: {seconds:.1f} s, {seconds / off_seconds:.2f}x as measured, "
