@@ -377,7 +377,7 @@ def bench_cost_each(workdir: Path, copies: int, join: int = 1, task: str = "clas
     budget each takes."""
     corpus, off_seconds, off = _cost_baseline(workdir, copies, join, task)
     all_but_filters = {**COST_PARTS["language"], **COST_PARTS["near_dedup"]}
-    for name, part in (*COST_PARTS.items(), ("language and near_dedup (all but the filters)", all_but_filters)):
+    for name, part in (*COST_PARTS.items(), ("language and near_dedup", all_but_filters)):
         seconds, on, _ = build("local[2]", corpus, workdir / "on", {**part, "max_removed_fraction": 1.0}, task=task)
         added = _added_seconds(on, off)
         print(f"  {name} alone: {seconds:.1f} s, {seconds / off_seconds:.2f}x as measured, "
