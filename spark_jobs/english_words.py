@@ -340,26 +340,45 @@ def _simple_split(chunk: str) -> list[str] | None:
     return parts
 
 
-def spacy_english_words(text: str) -> list[str]:
+def _chunk_tokens(chunk: str) -> list[str]:
+    """The tokens of one whitespace-free chunk (what the native words() hands back for chunks that
+    are not all ASCII)."""
+    tokens = _CHUNK_CACHE.get(chunk)
+    if tokens is not None:
+        return tokens
+    if (chunk.isalpha() or chunk.isdecimal()) and chunk not in _EXCEPTIONS:  # nothing to split
+        return [chunk]
+    tokens = _simple_split(chunk)
+    if tokens is not None:
+        return tokens
+    if len(_CHUNK_CACHE) >= _CHUNK_CACHE_SIZE:
+        _CHUNK_CACHE.clear()
+    tokens = _CHUNK_CACHE[chunk] = _split_chunk(chunk)
+    return tokens
+
+
+def python_english_words(text: str) -> list[str]:
     """The tokens spaCy's blank English pipeline makes of text, whitespace tokens left out (what
-    datatrove's split_into_words returns for English)."""
+    datatrove's split_into_words returns for English), in Python only."""
     out: list[str] = []
-    cache = _CHUNK_CACHE
     for chunk in text.split():
-        tokens = cache.get(chunk)
-        if tokens is None:
-            if (chunk.isalpha() or chunk.isdecimal()) and chunk not in _EXCEPTIONS:  # nothing to split
-                out.append(chunk)
-                continue
-            tokens = _simple_split(chunk)
-            if tokens is not None:
-                out.extend(tokens)
-                continue
-            if len(cache) >= _CHUNK_CACHE_SIZE:
-                cache.clear()
-            tokens = cache[chunk] = _split_chunk(chunk)
-        out.extend(tokens)
+        out.extend(_chunk_tokens(chunk))
     return out
+
+
+try:
+    from spark_jobs import _english_words_c
+except ImportError:  # not compiled at install, or imported from spark-submit's --py-files zip
+    _english_words_c = None
+
+if _english_words_c is None:
+    spacy_english_words = python_english_words
+else:
+    def spacy_english_words(text: str) -> list[str]:
+        """python_english_words, with the all-ASCII chunks split in C (spark_jobs/_english_words_c.c):
+        the same tokens, several times faster."""
+        return _english_words_c.words(text, _EXCEPTIONS, _AFFIX_EXCEPTIONS, _AFFIX_EXCEPTION_STARTS,
+                                      _merge_affix_exceptions, _url_match, _chunk_tokens)
 
 
 _SENTENCE_PUNCT = frozenset(
