@@ -19,7 +19,8 @@ Corpora (offline, from Debian packages, see corpora.py):
   true Jaccard (word 5-grams) with any other page: >= 0.72 (near duplicates in the corpus itself)
   or below (false positives).
 - filters: microseconds a document of each heuristic filter (the words given, as the filters
-  share them), of the words themselves, of the four filters in order and of language
+  share them), of the words themselves (with the C tokenizer where it is built, and in Python
+  only), of the four filters in order and of language
   identification, in this process on one core, best of 3 passes, permissive thresholds (below):
   on 40,000 GCIDE entries (dictionary entries, ~320 characters) and on the same entries joined 12
   at a time (~3,800 characters, the length of a web page's text).
@@ -416,7 +417,8 @@ def bench_filters(workdir: Path, entries: int = 40_000) -> None:
                 prepared.append(doc)
             return per_doc(lambda: check(cfg, prepared))
 
-        figures = {"words": per_doc(lambda: [english_words.spacy_english_words(text) for text in docs])}
+        figures = {"words": per_doc(lambda: [english_words.spacy_english_words(text) for text in docs]),
+                   "words in Python only": per_doc(lambda: [english_words.python_english_words(text) for text in docs])}
         for name, check in (("gopher_quality", text_filters._EachDocument(text_filters._gopher_quality)),
                             ("gopher_repetition", text_filters._gopher_repetition),  # the whole corpus at once
                             ("c4", text_filters._EachDocument(text_filters._c4)),
