@@ -18,6 +18,11 @@ Simpler tokenizers do not let the filters reach the 99.5 % parity asked for: str
 Chunks (what str.split makes) are cached, as spaCy caches them; `_simple_split` takes "word,"
 "[word" and the like past the regexes. Importing this module builds the regexes: 0.2 s once per
 Python worker.
+
+Where pip compiled spark_jobs/_english_words_c.c, chunks that are all ASCII are split in C, which
+follows `_split_chunk` with each regex written out as the ASCII characters it matches: the same
+tokens (tests/unit/test_english_words.py; spaCy itself in tests/current_stack), 19-25 us a GCIDE
+entry against 76-83 us (one core, 2026-12-07).
 """
 from __future__ import annotations
 

@@ -128,3 +128,28 @@ def test_same_decisions_as_datatrove(name, corpus, datatrove_decisions):
     print("\n".join(differences))
     assert kept >= MIN_KEPT and dropped >= MIN_DROPPED, f"{name}: kept {kept}, dropped {dropped}: corpus too one-sided"
     assert same >= MIN_SAME_SHARE, f"{name}: {len(differences)} of {total} decisions differ:\n" + "\n".join(differences)
+
+
+def test_words_are_spacys_on_the_corpus_and_on_generated_chunks(corpus):
+    """The words every filter counts: spaCy's blank English tokenizer against spacy_english_words
+    (its C for ASCII chunks) and the Python alone, token for token, on the corpus and on chunks
+    generated dense in what the affix rules look at."""
+    import random
+
+    import spacy
+
+    from spark_jobs import english_words
+
+    assert english_words._english_words_c is not None, "spark_jobs._english_words_c is not built: run make setup"
+    tokenizer = spacy.blank("en").tokenizer
+    pieces = [*"aAzQ09.,;:!?()[]{}<>_#*&'\"`$%+-=~^/|@\\", "US$", "C$", "km", "km/h", "mbar", "'s", "n't", "Mr.",
+              "e.g.", "...", "--", "---", "http://", "www.", ".com", "Ph.D.", ":)", "C++", "a.m.", "'ll", "can", "not",
+              "10", "o.O", "<3", "^_^", "word", "The"]
+    rng = random.Random(1)
+    chunks = sorted({"".join(rng.choice(pieces) for _ in range(rng.randint(1, 6))) for _ in range(20_000)})
+    differing = []
+    for text in [text for _, text in corpus] + chunks:
+        spacys = [token.text for token in tokenizer(text) if not token.is_space]
+        if not spacys == english_words.spacy_english_words(text) == english_words.python_english_words(text):
+            differing.append(excerpt(text))
+    assert differing == []
