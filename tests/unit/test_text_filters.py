@@ -379,15 +379,20 @@ def _counted_in_full(words: list[str], n: int) -> tuple[int, int, int]:
     return repeated, occurrences, first
 
 
-def test_n_grams_numbered_in_batches_match_counting_every_n_gram_of_each_document(docstring_records):
-    """repeated_word_ngrams numbers the n-grams of a whole batch at once and looks for a repeated
-    n-gram only where the (n-1)-grams at p and p + 1 repeat: the duplicated and top n-gram figures
+@pytest.mark.parametrize("implementation", ["c", "numpy"])
+def test_n_grams_numbered_in_batches_match_counting_every_n_gram_of_each_document(implementation, docstring_records):
+    """repeated_word_ngrams counts in C (spark_jobs/_word_ngrams_c.c, built by the setup) and
+    numpy_word_ngrams numbers the n-grams of a whole batch at once, looking for a repeated n-gram
+    only where the (n-1)-grams at p and p + 1 repeat: the duplicated and top n-gram figures of both
     must be those of counting every n-gram of each document on its own, on real text and on texts
-    of few distinct words (long runs of repeats, overlapping ones), batched together (so that no
-    n-gram is matched across documents) and in batches of one."""
+    of few distinct words (long runs of repeats, overlapping ones, equal strings that are different
+    objects), batched together (so that no n-gram is matched across documents) and in batches of one."""
     import random
 
     from spark_jobs import text_filters
+
+    assert text_filters._word_ngrams_c is not None, "spark_jobs._word_ngrams_c is not built: run make setup"
+    count = text_filters.repeated_word_ngrams if implementation == "c" else text_filters.numpy_word_ngrams
 
     rng = random.Random(7)
     texts = [record["text"] for record in docstring_records[:300]]
@@ -395,10 +400,10 @@ def test_n_grams_numbered_in_batches_match_counting_every_n_gram_of_each_documen
     texts += [" ".join(["x"] * k + ["y"] + ["x"] * k) for k in range(12)]
     word_lists = [spacy_english_words(text) for text in texts]
     ns = (7, 2, 1, 3, 12, 4, 5)  # out of order, and past some documents' length
-    top, duplicated = text_filters.repeated_word_ngrams(word_lists, ns, ns)
+    top, duplicated = count(word_lists, ns, ns)
     repeating = 0
     for d, words in enumerate(word_lists):
-        alone = text_filters.repeated_word_ngrams([words], ns, ns)
+        alone = count([words], ns, ns)
         for n in ns:
             repeated, occurrences, first = _counted_in_full(words, n)
             expected_top = -1 if first is None else (sum(map(len, words[first:first + n])) + n - 1) * occurrences
