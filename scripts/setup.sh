@@ -56,6 +56,16 @@ PY
   venv_stamp "$venv"
   echo "setup.sh: installed the $STACK stack into $venv in $(( $(date +%s) - started ))s" >&2
 fi
+# The quality filters' C extensions (spark_jobs/*.c, optional in pyproject.toml) are compiled into
+# spark_jobs/ by the editable install above. The pins' stamp does not see them: build them again
+# when one is missing (a clean checkout of the ignored files) or older than its source (a pull).
+for source in spark_jobs/*.c; do
+  built=("${source%.c}".*.so)  # the pattern itself when there is none
+  if [ ! -e "${built[0]}" ] || [ "$source" -nt "${built[0]}" ]; then
+    "$venv/bin/python" -m pip install -q --no-deps -c "$constraints" -e .
+    break
+  fi
+done
 # The driver JVM's class-data archive (pipeline/jvm_archive.py): built once for this JDK and these
 # Spark jars (about 25 s), then every Spark driver started here loads its classes from it.
 "$venv/bin/python" -m pipeline.jvm_archive >/dev/null

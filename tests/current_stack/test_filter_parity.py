@@ -140,7 +140,7 @@ def test_words_are_spacys_on_the_corpus_and_on_generated_chunks(corpus):
 
     from spark_jobs import english_words
 
-    assert english_words._english_words_c is not None, "spark_jobs._english_words_c is not built: run make setup"
+    assert english_words._english_words_c is not None, "spark_jobs._english_words_c is not built: make setup compiles it, with a C compiler"
     tokenizer = spacy.blank("en").tokenizer
     pieces = [*"aAzQ09.,;:!?()[]{}<>_#*&'\"`$%+-=~^/|@\\", "US$", "C$", "km", "km/h", "mbar", "'s", "n't", "Mr.",
               "e.g.", "...", "--", "---", "http://", "www.", ".com", "Ph.D.", ":)", "C++", "a.m.", "'ll", "can", "not",

@@ -55,7 +55,7 @@ def test_the_c_tokenizer_gives_the_tokens_of_the_python(docstring_records):
     """The setup compiles spark_jobs/_english_words_c.c, which re-implements the affix rules for
     ASCII chunks: on a real corpus and on generated chunks dense in what the rules look at, every
     token must be the Python's."""
-    assert english_words._english_words_c is not None, "spark_jobs._english_words_c is not built: run make setup"
+    assert english_words._english_words_c is not None, "spark_jobs._english_words_c is not built: make setup compiles it, with a C compiler"
     texts = [record["text"] for record in docstring_records]
     assert [t for t in texts if spacy_english_words(t) != english_words.python_english_words(t)] == []
     pieces = [*"aAzQ09.,;:!?()[]{}<>_#*&'\"`$%+-=~^/|@\\§°é\x00", "US$", "C$", "km", "km/h", "mbar", "'s", "n't", "Mr.",

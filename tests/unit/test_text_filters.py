@@ -391,7 +391,7 @@ def test_n_grams_numbered_in_batches_match_counting_every_n_gram_of_each_documen
 
     from spark_jobs import text_filters
 
-    assert text_filters._word_ngrams_c is not None, "spark_jobs._word_ngrams_c is not built: run make setup"
+    assert text_filters._word_ngrams_c is not None, "spark_jobs._word_ngrams_c is not built: make setup compiles it, with a C compiler"
     count = text_filters.repeated_word_ngrams if implementation == "c" else text_filters.numpy_word_ngrams
 
     rng = random.Random(7)
