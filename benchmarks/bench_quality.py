@@ -1,6 +1,6 @@
 """Corpus quality: how well near-duplicates and languages are found, and what the quality stages cost.
 
-    python benchmarks/bench_quality.py [--parts language,near,filters,cost,scaling] [--copies 4] [--workdir runs/bench-quality]
+    python benchmarks/bench_quality.py [--parts language,near,filters,cost,scaling] [--copies 4] [--rounds 1] [--workdir runs/bench-quality]
         [--join 1] [--task classification|causal_lm]   (--parts cost_each: each quality part alone)
 
 Corpora (offline, from Debian packages, see corpora.py):
@@ -30,7 +30,8 @@ Corpora (offline, from Debian packages, see corpora.py):
   prefix, so near-dedup removes all but one copy of each entry: the tokenizing stage then has less to
   do, so the ratio is also given as (job without + the seconds the quality work added) / job
   without, the cost if nothing were removed. Filter thresholds are set so that every rule is computed
-  and none removes (the most work: no early exit). `--join N` makes each document N consecutive
+  and none removes (the most work: no early exit). `--rounds N` runs the two jobs alternately N
+  times and adds the ratio of their medians. `--join N` makes each document N consecutive
   entries joined by blank lines (N = 12: ~3,800 characters, a web page's text, in 1/N as many
   documents): the per-document costs (band rows, candidate pairs, Spark rows) then weigh 1/N as
   much against the per-character ones (tokenizer, filters, lid.176, shingles). `--task causal_lm`
@@ -55,6 +56,7 @@ import os
 import random
 import re
 import shutil
+import statistics
 import unicodedata
 import sys
 import time
@@ -362,15 +364,29 @@ def _added_seconds(on, off) -> float:
     return on.stage_seconds.get("quality", 0.0) + on.stage_seconds["read_clean"] - off.stage_seconds["read_clean"]
 
 
-def bench_cost(workdir: Path, copies: int, join: int = 1, task: str = "classification") -> None:
+def bench_cost(workdir: Path, copies: int, join: int = 1, task: str = "classification", rounds: int = 1) -> None:
+    """The job with every part on against the job without; with rounds > 1 the two alternate that
+    many times, and the ratio of their medians is given too: the job without quality swings by a
+    quarter from run to run on a shared machine, and one pair's ratio with it."""
     corpus, off_seconds, off = _cost_baseline(workdir, copies, join, task)
     quality = {key: value for part in COST_PARTS.values() for key, value in part.items()}
-    on_seconds, on, _ = build("local[2]", corpus, workdir / "on", {**quality, "max_removed_fraction": 1.0}, task=task)
-    added = _added_seconds(on, off)
-    print(f"  every filter, language and near-dedup: {on_seconds:.1f} s  stages {on.stage_seconds}")
-    print(f"  removed by rule: {on.removed_by_rule}")
-    print(f"  ratio on/off as measured: {on_seconds / off_seconds:.2f}x; (off + quality work added) / off: "
-          f"{(off_seconds + added) / off_seconds:.2f}x (added {added:.1f} s)")
+    offs, ons = [off_seconds], []
+    for round_ in range(rounds):
+        if round_:
+            off_seconds, off, _ = build("local[2]", corpus, workdir / "off", None, task=task)
+            offs.append(off_seconds)
+            print(f"  without quality, round {round_ + 1}: {off_seconds:.1f} s  stages {off.stage_seconds}")
+        on_seconds, on, _ = build("local[2]", corpus, workdir / "on", {**quality, "max_removed_fraction": 1.0}, task=task)
+        ons.append(on_seconds)
+        added = _added_seconds(on, off)
+        print(f"  every filter, language and near-dedup: {on_seconds:.1f} s  stages {on.stage_seconds}")
+        print(f"  removed by rule: {on.removed_by_rule}")
+        print(f"  ratio on/off as measured: {on_seconds / off_seconds:.2f}x; (off + quality work added) / off: "
+              f"{(off_seconds + added) / off_seconds:.2f}x (added {added:.1f} s)")
+    if rounds > 1:
+        print(f"  {rounds} rounds: without {', '.join(f'{s:.1f}' for s in offs)} s; with "
+              f"{', '.join(f'{s:.1f}' for s in ons)} s; median with / median without: "
+              f"{statistics.median(ons) / statistics.median(offs):.2f}x")
 
 
 def bench_cost_each(workdir: Path, copies: int, join: int = 1, task: str = "classification") -> None:
@@ -481,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--planted", type=int, default=100, help="planted pairs of each kind")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--join", type=int, default=1, help="cost: documents of this many GCIDE entries each")
+    parser.add_argument("--rounds", type=int, default=1, help="cost: alternate the two jobs this many times")
     parser.add_argument("--task", default="classification", choices=("classification", "causal_lm"),
                         help="cost: the preprocess task of both jobs")
     args = parser.parse_args(argv)
@@ -495,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     if "filters" in parts:
         bench_filters(workdir)
     if "cost" in parts:
-        bench_cost(workdir, args.copies, args.join, args.task)
+        bench_cost(workdir, args.copies, args.join, args.task, args.rounds)
     if "cost_each" in parts:
         bench_cost_each(workdir, args.copies, args.join, args.task)
     if "scaling" in parts:
