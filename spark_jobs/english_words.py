@@ -366,8 +366,15 @@ def python_english_words(text: str) -> list[str]:
     """The tokens spaCy's blank English pipeline makes of text, whitespace tokens left out (what
     datatrove's split_into_words returns for English), in Python only."""
     out: list[str] = []
+    cache = _CHUNK_CACHE
     for chunk in text.split():
-        out.extend(_chunk_tokens(chunk))
+        tokens = cache.get(chunk)
+        if tokens is None:  # _chunk_tokens with its commonest case inlined: no call for most chunks
+            if (chunk.isalpha() or chunk.isdecimal()) and chunk not in _EXCEPTIONS:
+                out.append(chunk)
+                continue
+            tokens = _chunk_tokens(chunk)
+        out.extend(tokens)
     return out
 
 

@@ -253,8 +253,8 @@ def repeated_word_ngrams(word_lists: list[list[str]], top_ns,
 
 def numpy_word_ngrams(word_lists: list[list[str]], top_ns,
                       dup_ns) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
-    """repeated_word_ngrams in numpy, vectorised over the whole batch: numbered in a Python loop per document, gopher_repetition
-    took 45.5 us a GCIDE entry and 552 us for entries joined 12 at a time; 27.0 and 334 us so (one
+    """repeated_word_ngrams in numpy, vectorised over the whole batch: numbered in a Python loop per
+    document, gopher_repetition took 45.5 us a GCIDE entry and 552 us for entries joined 12 at a time; 27.0 and 334 us so (one
     core, bench_quality.py --parts filters, the same decisions on every document). An
     n-gram's number is a code of its (n-1)-gram's and its last word's, both scoped to the document;
     pandas.factorize hashes them and codes in order of first appearance, so the smallest code among
