@@ -28,7 +28,7 @@ ENV UV_PYTHON_INSTALL_DIR=/opt/python \
 COPY constraints-current.txt docker/requirements-spark.txt ./
 RUN uv venv --python-preference only-managed --python "$PYTHON_VERSION" "$VIRTUAL_ENV" \
     && uv pip install -c constraints-current.txt -r requirements-spark.txt
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY pipeline ./pipeline
 COPY spark_jobs ./spark_jobs
 COPY training ./training

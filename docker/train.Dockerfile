@@ -11,7 +11,7 @@ ARG STACK=current
 
 # No JRE: training reads the Parquet shards without a JVM, on either stack.
 WORKDIR /opt/shardline
-COPY constraints.txt constraints-current.txt pyproject.toml README.md ./
+COPY constraints.txt constraints-current.txt pyproject.toml setup.py README.md ./
 COPY pipeline ./pipeline
 COPY spark_jobs ./spark_jobs
 COPY training ./training

@@ -23,7 +23,7 @@ if [ ! -x "$venv/bin/python" ]; then
   fi
   PYTHON=$python venv_create "$venv"
 fi
-if venv_stale "$venv" "$constraints" pyproject.toml; then
+if venv_stale "$venv" "$constraints" pyproject.toml setup.py; then
   started=$(date +%s)
   "$venv/bin/python" -m pip install -q --upgrade pip
   case $STACK in
@@ -56,7 +56,7 @@ PY
   venv_stamp "$venv"
   echo "setup.sh: installed the $STACK stack into $venv in $(( $(date +%s) - started ))s" >&2
 fi
-# The quality filters' C extensions (spark_jobs/*.c, optional in pyproject.toml) are compiled into
+# The quality filters' C extensions (spark_jobs/*.c, optional, declared in setup.py) are compiled into
 # spark_jobs/ by the editable install above. The pins' stamp does not see them: build them again
 # when one is missing (a clean checkout of the ignored files) or older than its source (a pull).
 for source in spark_jobs/*.c; do

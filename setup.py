@@ -1,0 +1,14 @@
+"""The quality filters' two hot loops in C; everything else about the package is in pyproject.toml.
+
+Both extensions are optional: where the build has no C compiler, spark_jobs/english_words.py and
+spark_jobs/text_filters.py run their Python (and numpy), with the same results. They are declared
+here rather than in pyproject.toml, where setuptools still calls ext-modules experimental.
+"""
+from setuptools import Extension, setup
+
+setup(ext_modules=[
+    # The word tokenizer for chunks that are all ASCII (spark_jobs.english_words).
+    Extension("spark_jobs._english_words_c", ["spark_jobs/_english_words_c.c"], optional=True),
+    # gopher_repetition's word n-grams (spark_jobs.text_filters.repeated_word_ngrams).
+    Extension("spark_jobs._word_ngrams_c", ["spark_jobs/_word_ngrams_c.c"], optional=True),
+])
