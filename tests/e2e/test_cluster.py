@@ -15,6 +15,7 @@ from pipeline import contract, storage
 from pipeline.config import build_config, save_config
 from pipeline.demo import demo_records, write_jsonl
 from pipeline.packaging import build_package
+from spark_jobs import english_words, text_filters
 from spark_jobs.preprocess import build_dataset
 from standalone_cluster import LOOPBACK, daemon_env, standalone_cluster
 
@@ -85,8 +86,13 @@ def test_cluster_run_on_s3_equals_the_local_run(standalone_master, spark, tmp_pa
         "data": {"input": str(corpus), "label_column": "label"},
         "tokenizer": {"train": {"vocab_size": 600}},  # trained by each run, in its own driver process
         "preprocess": {"max_length": 32, "seed": 5, "num_partitions": 2, "shard": {"row_group_rows": 16},
-                       # Language and near-duplicates on the executors: they remove the same documents.
-                       "quality": {"language": {"keep": ["en"], "min_score": 0.3}, "near_dedup": {}}},
+                       "collapse_whitespace": False,  # the filters judge lines
+                       # Filters, language and near-duplicates on the executors: they remove the same
+                       # documents. The executors here import the project from the zip, which holds no
+                       # compiled code: their words and word n-grams are the Python's and numpy's, the
+                       # local run's the C's (tests/unit/test_english_words.py).
+                       "quality": {"gopher_repetition": {"top_n_grams": {2: 0.4, 3: 0.4, 4: 0.4}}, "fineweb": {},
+                                   "language": {"keep": ["en"], "min_score": 0.3}, "near_dedup": {}}},
         "spark": {"conf": {"spark.sql.shuffle.partitions": 4}},
     }
     local = build_config({**tree, "run_dir": str(tmp_path / "local")})
@@ -99,12 +105,16 @@ def test_cluster_run_on_s3_equals_the_local_run(standalone_master, spark, tmp_pa
     save_config(cluster, str(config_path))
     package = build_package(tmp_path / "shardline.zip")
     executor_python = _executor_python(tmp_path)
-    probe = [str(executor_python), "-c", "import pyarrow, tokenizers, pyspark, spark_jobs; print(spark_jobs.__file__)"]
+    probe = [str(executor_python), "-c", "import pyarrow, tokenizers, pyspark, spark_jobs; print(spark_jobs.__file__)\n"
+             "from spark_jobs import english_words, text_filters\n"
+             "print(english_words._english_words_c, text_filters._word_ngrams_c)"]
     bare = subprocess.run(probe, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert bare.returncode != 0 and "No module named 'spark_jobs'" in bare.stderr, bare.stdout + bare.stderr
     shipped = subprocess.run(probe, cwd=tmp_path, env={**env, "PYTHONPATH": str(package)}, capture_output=True,
                              text=True, timeout=120)
-    assert shipped.stdout.strip() == str(package / "spark_jobs" / "__init__.py"), shipped.stderr
+    # From the zip, without the compiled modules: the filters' Python fallbacks.
+    assert shipped.stdout.split("\n")[:2] == [str(package / "spark_jobs" / "__init__.py"), "None None"], shipped.stderr
+    assert english_words._english_words_c is not None and text_filters._word_ngrams_c is not None  # here: the C
     spark_submit = Path(sys.executable).parent / "spark-submit"
     result = subprocess.run(
         [str(spark_submit), "--master", master, "--py-files", str(package),
@@ -129,6 +139,8 @@ def test_cluster_run_on_s3_equals_the_local_run(standalone_master, spark, tmp_pa
     assert cluster_manifest.rejected_by_reason == local_manifest.rejected_by_reason
     assert cluster_manifest.removed_by_rule == local_manifest.removed_by_rule
     assert local_manifest.removed_by_rule.get("near_dedup.near_duplicate", 0) >= 1
+    assert local_manifest.removed_by_rule.get("gopher_repetition.top_4_gram", 0) >= 1
+    assert local_manifest.removed_by_rule.get("fineweb.line_punct_ratio", 0) >= 1
     assert cluster_manifest.tokenizer_sha256 == local_manifest.tokenizer_sha256
 
 
