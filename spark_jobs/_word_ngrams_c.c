@@ -81,19 +81,12 @@ static int32_t pair_number(Table *t, int32_t first, int32_t second, int32_t *nex
     return t->numbers[i] = (*next)++;
 }
 
-static int wanted(PyObject *ns, long n) { /* n in the tuple of ints ns */
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ns); i++)
-        if (PyLong_AsLong(PyTuple_GET_ITEM(ns, i)) == n) return 1;
-    return 0;
-}
-
-static int put(PyObject *lists, PyObject *ns, long n, Py_ssize_t doc, long long value) {
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ns); i++) {
-        if (PyLong_AsLong(PyTuple_GET_ITEM(ns, i)) != n) continue;
-        PyObject *v = PyLong_FromLongLong(value);
-        if (!v) return -1;
-        PyList_SET_ITEM(PyList_GET_ITEM(lists, i), doc, v);
-    }
+/* Set lists[index][doc] to value; nothing when index is -1 (an n nobody asked for). */
+static int put(PyObject *lists, Py_ssize_t index, Py_ssize_t doc, long long value) {
+    if (index < 0) return 0;
+    PyObject *v = PyLong_FromLongLong(value);
+    if (!v) return -1;
+    PyList_SET_ITEM(PyList_GET_ITEM(lists, index), doc, v);
     return 0;
 }
 
@@ -122,12 +115,16 @@ static PyObject *figures(PyObject *Py_UNUSED(module), PyObject *const *args, Py_
     for (int k = 1; k <= 2; k++)
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[k]); i++) {
             long n = PyLong_AsLong(PyTuple_GET_ITEM(args[k], i));
-            if (n < 1) {
-                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "n-gram sizes are at least 1");
+            if (n < 1 || n > 1000) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "n-gram sizes are from 1 to 1000");
                 return NULL;
             }
             if (n > max_n) max_n = n;
         }
+    Py_ssize_t top_at[1001], dup_at[1001]; /* for each n, its list in top / duplicated, or -1 */
+    for (long n = 0; n <= max_n; n++) top_at[n] = dup_at[n] = -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(top_ns); i++) top_at[PyLong_AsLong(PyTuple_GET_ITEM(top_ns, i))] = i;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(dup_ns); i++) dup_at[PyLong_AsLong(PyTuple_GET_ITEM(dup_ns, i))] = i;
     for (Py_ssize_t d = 0; d < docs; d++) {
         PyObject *words = PyList_GET_ITEM(word_lists, d);
         if (!PyList_Check(words)) {
@@ -169,7 +166,7 @@ static PyObject *figures(PyObject *Py_UNUSED(module), PyObject *const *args, Py_
         for (long n = 1; n <= max_n; n++) {
             Py_ssize_t positions = len - n + 1; /* of n-grams */
             if (positions <= 0) {
-                if (put(top, top_ns, n, d, -1) < 0 || put(dup, dup_ns, n, d, 0) < 0) goto done;
+                if (put(top, top_at[n], d, -1) < 0 || put(dup, dup_at[n], d, 0) < 0) goto done;
                 continue;
             }
             if (n > 1) { /* numbers[p]: the (n-1)-gram's at p, from now on the n-gram's */
@@ -178,16 +175,16 @@ static PyObject *figures(PyObject *Py_UNUSED(module), PyObject *const *args, Py_
                 for (Py_ssize_t p = 0; p < positions; p++)
                     numbers[p] = pair_number(&pair_table, numbers[p], word_numbers[p + n - 1], &next);
             }
-            if (wanted(top_ns, n)) {
+            if (top_at[n] >= 0) {
                 memset(counts, 0, (size_t)next * sizeof(int32_t));
                 for (Py_ssize_t p = 0; p < positions; p++) counts[numbers[p]]++;
                 Py_ssize_t best = 0; /* the first position of the most common, first seen among ties */
                 for (Py_ssize_t p = 1; p < positions; p++)
                     if (counts[numbers[p]] > counts[numbers[best]]) best = p;
                 long long value = (chars_before[best + n] - chars_before[best] + n - 1) * counts[numbers[best]];
-                if (put(top, top_ns, n, d, value) < 0) goto done;
+                if (put(top, top_at[n], d, value) < 0) goto done;
             }
-            if (wanted(dup_ns, n)) { /* datatrove's find_all_duplicate */
+            if (dup_at[n] >= 0) { /* datatrove's find_all_duplicate */
                 long long total = 0;
                 memset(seen, 0, (size_t)next);
                 for (Py_ssize_t p = 0; p < positions;) {
@@ -199,7 +196,7 @@ static PyObject *figures(PyObject *Py_UNUSED(module), PyObject *const *args, Py_
                         p += 1;
                     }
                 }
-                if (put(dup, dup_ns, n, d, total) < 0) goto done;
+                if (put(dup, dup_at[n], d, total) < 0) goto done;
             }
         }
     }

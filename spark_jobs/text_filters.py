@@ -254,9 +254,9 @@ def repeated_word_ngrams(word_lists: list[list[str]], top_ns,
 def numpy_word_ngrams(word_lists: list[list[str]], top_ns,
                       dup_ns) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
     """repeated_word_ngrams in numpy, vectorised over the whole batch: numbered in a Python loop per
-    document, gopher_repetition took 45.5 us a GCIDE entry and 552 us for entries joined 12 at a time; 27.0 and 334 us so (one
-    core, bench_quality.py --parts filters, the same decisions on every document). An
-    n-gram's number is a code of its (n-1)-gram's and its last word's, both scoped to the document;
+    document, gopher_repetition took 45.5 us a GCIDE entry and 552 us for entries joined 12 at a
+    time; 27.0 and 334 us so (one core, bench_quality.py --parts filters, the same decisions on
+    every document). An n-gram's number is a code of its (n-1)-gram's and its last word's, both scoped to the document;
     pandas.factorize hashes them and codes in order of first appearance, so the smallest code among
     ties is the n-gram seen first. A longer n-gram at p can repeat only where the (n-1)-grams at p
     and p + 1 both do, so each n after 2 looks at those positions only (on GCIDE entries 18 % of the
