@@ -1,8 +1,9 @@
-"""The quality filters' two hot loops in C; everything else about the package is in pyproject.toml.
+"""The quality stage's three hot loops in C; everything else about the package is in pyproject.toml.
 
-Both extensions are optional: where the build has no C compiler, spark_jobs/english_words.py and
-spark_jobs/text_filters.py run their Python (and numpy), with the same results. They are declared
-here rather than in pyproject.toml, where setuptools still calls ext-modules experimental.
+All three are optional: where the build has no C compiler, spark_jobs/english_words.py and
+spark_jobs/text_filters.py run their Python (and numpy), and spark_jobs/lid176.py fasttext, with
+the same results. They are declared here rather than in pyproject.toml, where setuptools still
+calls ext-modules experimental.
 """
 from setuptools import Extension, setup
 
@@ -11,4 +12,8 @@ setup(ext_modules=[
     Extension("spark_jobs._english_words_c", ["spark_jobs/_english_words_c.c"], optional=True),
     # gopher_repetition's word n-grams (spark_jobs.text_filters.repeated_word_ngrams).
     Extension("spark_jobs._word_ngrams_c", ["spark_jobs/_word_ngrams_c.c"], optional=True),
+    # fastText's prediction for lid.176.ftz (spark_jobs.lid176). Its floats must round as fastText's
+    # do, one operation at a time: no fused multiply-adds.
+    Extension("spark_jobs._lid176_c", ["spark_jobs/_lid176_c.c"], optional=True,
+              extra_compile_args=["-ffp-contract=off"]),
 ])

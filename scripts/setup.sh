@@ -56,7 +56,7 @@ PY
   venv_stamp "$venv"
   echo "setup.sh: installed the $STACK stack into $venv in $(( $(date +%s) - started ))s" >&2
 fi
-# The quality filters' C extensions (spark_jobs/*.c, optional, declared in setup.py) are compiled into
+# The quality stage's C extensions (spark_jobs/*.c, optional, declared in setup.py) are compiled into
 # spark_jobs/ by the editable install above. The pins' stamp does not see them: build them again
 # when one is missing (a clean checkout of the ignored files) or older than its source (a pull).
 for source in spark_jobs/*.c; do
