@@ -21,8 +21,8 @@ Corpora (offline, from Debian packages, see corpora.py):
   or below (false positives).
 - filters: microseconds a document of each heuristic filter (the words given, as the filters
   share them), of the words themselves (with the C tokenizer where it is built, and in Python
-  only), of the four filters in order and of language
-  identification (and of fasttext's prediction alone), in this process on one core, best of 3 passes, permissive thresholds (below):
+  only), of the four filters in order and of language identification (and of fasttext's
+  prediction alone), in this process on one core, best of 3 passes, permissive thresholds (below):
   on 40,000 GCIDE entries (dictionary entries, ~320 characters) and on the same entries joined 12
   at a time (~3,800 characters, the length of a web page's text).
 - cost: GCIDE x --copies (corpora.py), the job with no quality section against the job with every
@@ -167,8 +167,9 @@ def compare_lid176(corpora_by_language) -> None:
     found = [ours.predict(line) for line in lines]
     ended = time.perf_counter()
     differ = sum(a != b for a, b in zip(expected, found))
+    c_us, fasttext_us = (ended - middle) / len(lines) * 1e6, (middle - started) / len(lines) * 1e6
     print(f"  lid.176 in C against fasttext: {len(lines) - differ} of {len(lines)} lines the same language and "
-          f"score; {(ended - middle) / len(lines) * 1e6:.1f} us a line, fasttext {(middle - started) / len(lines) * 1e6:.1f}")
+          f"score; {c_us:.1f} us a line, fasttext {fasttext_us:.1f}")
 
 
 def jaccard(a: str, b: str) -> float:

@@ -15,7 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define LABEL_PREFIX "__label__"
+#define LABEL_PREFIX "__label__" /* an unknown word starting so is a label, never a word */
+#define LABEL_PREFIX_SIZE 9
 
 typedef struct {
     PyObject_HEAD
@@ -166,7 +167,7 @@ static PyObject *predict(Predictor *p, PyObject *arg) {
         } else if (w >= 0) {
             for (int32_t s = starts[w]; s < starts[w + 1]; s++) add_row(p, p->subwords[s], NULL);
             rows += starts[w + 1] - starts[w];
-        } else if (!(i - start >= (Py_ssize_t)strlen(LABEL_PREFIX) && memcmp(text + start, LABEL_PREFIX, strlen(LABEL_PREFIX)) == 0)) {
+        } else if (!(i - start >= LABEL_PREFIX_SIZE && memcmp(text + start, LABEL_PREFIX, LABEL_PREFIX_SIZE) == 0)) {
             char stack[256];
             Py_ssize_t size = i - start + 2;
             char *bracketed = size <= (Py_ssize_t)sizeof(stack) ? stack : PyMem_Malloc(size);
@@ -190,7 +191,8 @@ static PyObject *predict(Predictor *p, PyObject *arg) {
 static int get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const char *name) {
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) < 0) return -1;
     if (view->len % itemsize) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd bytes is not a whole number of %zd-byte items", name, view->len, itemsize);
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes is not a whole number of %zd-byte items", name, view->len,
+                     itemsize);
         return -1;
     }
     return 0;
