@@ -1,4 +1,4 @@
-"""MinHash signatures: throughput and accuracy of three implementations, and the LSH curve, in one run.
+"""MinHash signatures: throughput and accuracy of four implementations, and the LSH curve, in one run.
 
     python benchmarks/bench_minhash.py [--workdir runs/bench] [--limit 0] [--datasketch-docs 5000]
 
@@ -6,7 +6,7 @@ Corpus: GCIDE's dictionary entries (corpora.py; offline once unpacked), or the s
 docstrings when it cannot be had. Word 5-grams and 14 x 8 permutations (NearDedupConfig's
 defaults), one process, one core.
 
-(1) documents/s, shingling included, for spark_jobs.minhash (numpy), rensa 0.5.0's RMinHash (on the
+(1) documents/s, shingling included, for spark_jobs.minhash (in C where built, and in numpy), rensa 0.5.0's RMinHash (on the
     shingles as strings, and on spark_jobs.minhash's shingle hashes) and datasketch 2.0.0's
     MinHash.bulk (on a subset: it is slow). An implementation that is not installed is skipped.
 (2) Jaccard estimates: pairs made from real entries of >= 100 words by replacing a share of their
@@ -73,6 +73,18 @@ class NumpyMinHash(Implementation):
         self.hasher = MinHasher("words", NGRAM, NUM_BANDS, ROWS, SEED)
 
     def signatures(self, texts):
+        return self.hasher.numpy_signatures(texts)
+
+
+class CMinHash(NumpyMinHash):
+    name = "C (spark_jobs.minhash, _minhash_c)"
+
+    def __init__(self):
+        from spark_jobs import _minhash_c  # noqa: F401 - ImportError where pip did not compile it
+
+        super().__init__()
+
+    def signatures(self, texts):
         return self.hasher.signatures(texts)
 
 
@@ -117,7 +129,7 @@ class Datasketch(Implementation):
 
 def available() -> list[Implementation]:
     found = []
-    for kind in (NumpyMinHash, RensaStrings, RensaHashes, Datasketch):
+    for kind in (CMinHash, NumpyMinHash, RensaStrings, RensaHashes, Datasketch):
         try:
             found.append(kind())
         except ImportError as error:

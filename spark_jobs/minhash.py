@@ -39,6 +39,12 @@ on every platform and Python, whose hashing (it carries an ALGORITHM_VERSION) is
 between releases, and a signature that changes with a package upgrade silently changes which
 documents a rebuild removes.
 datasketch is 4x slower (a Python sha1 per shingle).
+
+Where pip compiled spark_jobs/_minhash_c.c, signatures are computed in C a document at a time (its
+shingles and running minima in cache, a permutation at a time over the shingles), the same values
+as numpy (tests/unit/test_minhash.py): 180,100 docs/s against numpy's 28,100 in the same run
+(bench_minhash.py, 2026-12-07, numpy 1.26, the same estimates and detection rates). On GCIDE x4
+with every quality rule on, the signatures were most of the near-dedup phase's Python time.
 """
 from __future__ import annotations
 
@@ -49,6 +55,11 @@ from typing import Literal
 import numpy as np
 
 EMPTY = np.uint32(0xFFFFFFFF)  # every value of the signature of a document without shingles
+
+try:
+    from spark_jobs import _minhash_c
+except ImportError:  # not compiled at install, or imported from spark-submit's --py-files zip
+    _minhash_c = None
 
 _U64 = np.uint64
 _MASK = (1 << 64) - 1
@@ -173,7 +184,18 @@ class MinHasher:
 
     def signatures(self, texts: Sequence[str]) -> np.ndarray:
         """uint32 (len(texts), num_perm): the MinHash signature of each text; EMPTY throughout for a
-        text without shingles (empty or whitespace only)."""
+        text without shingles (empty or whitespace only).
+
+        In C a document at a time where pip compiled spark_jobs/_minhash_c.c, else numpy_signatures:
+        the same values."""
+        if _minhash_c is None:
+            return self.numpy_signatures(texts)
+        out = np.empty((len(texts), self.num_perm), dtype=np.uint32)
+        _minhash_c.signatures(list(texts), normalize, self.a, self.b, self.ngram_size, self.ngram == "words", out)
+        return out
+
+    def numpy_signatures(self, texts: Sequence[str]) -> np.ndarray:
+        """signatures in numpy, vectorised over the batch."""
         # Permutations by texts: each text's minimum is taken along a row, over contiguous values.
         out = np.full((self.num_perm, len(texts)), _MASK, dtype=np.uint64)
         for begin, end in _chunks(texts, _CHUNK_CHARS):

@@ -158,12 +158,47 @@ def test_bad_parameters_are_refused():
         MinHasher(num_bands=0)
 
 
-def test_signatures_are_pinned_so_a_change_to_the_hashing_is_a_deliberate_one():
+@pytest.mark.parametrize("implementation", ["c", "numpy"])
+def test_signatures_are_pinned_so_a_change_to_the_hashing_is_a_deliberate_one(implementation):
     # A different signature removes different documents on a rebuild: a change must show up here.
     text = "The quick brown fox jumps over the lazy dog."
     words = MinHasher()
-    signature = words.signatures([text])
+    signatures = _implementation(implementation)
+    signature = signatures(words, [text])
     assert signature[0, :4].tolist() == [1437274387, 712436778, 206141872, 1274998852]
     assert words.band_keys(signature)[0, :2].tolist() == [1484087356976432142, 3835008716973336137]
     chars = MinHasher(ngram="chars", ngram_size=24, num_bands=20, rows_per_band=13)
-    assert chars.signatures([text])[0, :4].tolist() == [356256975, 11155210, 105155761, 223877970]
+    assert signatures(chars, [text])[0, :4].tolist() == [356256975, 11155210, 105155761, 223877970]
+
+
+def _implementation(name: str):
+    """MinHasher.signatures in C (spark_jobs/_minhash_c.c, built by the setup) or in numpy."""
+    from spark_jobs import minhash
+
+    if name == "c":
+        assert minhash._minhash_c is not None, "spark_jobs._minhash_c is not built: make setup compiles it, with a C compiler"
+        return MinHasher.signatures
+    return MinHasher.numpy_signatures
+
+
+@pytest.mark.parametrize("ngram, size, bands, rows", [("words", 5, 14, 8), ("words", 1, 3, 2), ("words", 3, 5, 3),
+                                                      ("chars", 24, 20, 13), ("chars", 2, 4, 4)])
+def test_signatures_in_c_are_those_of_numpy(ngram, size, bands, rows, docstring_records):
+    """The C normalizes ASCII text itself (A-Z lowered, Python's ten ASCII whitespace characters
+    split on) and any other text through minhash.normalize: both must give numpy's signature, on
+    real text and on texts made of every kind of whitespace, non-ASCII letters whose lower case
+    differs in length, and texts shorter than n."""
+    import random
+
+    rng = random.Random(11)
+    pieces = ["Straße", "ΑΒΓ", "ÀB", "İ", "日本語", "😀", "word", "WORD", "x", "a\x00b", "", " ", "\t\n", "\x0b\x0c\r",
+              "\x1c", "\x1d\x1e\x1f", "\x85", "\xa0", "\u2028", "\u3000"]
+    texts = [record["text"] for record in docstring_records[:400]]
+    texts += [text.upper() for text in texts[:50]] + [TEXT, "", " \t ", "one", "two words"]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randrange(0, 40))) for _ in range(3000)]
+    hasher = MinHasher(ngram, size, bands, rows)
+    in_c, in_numpy = _implementation("c")(hasher, texts), _implementation("numpy")(hasher, texts)
+    assert in_c.dtype == in_numpy.dtype and in_c.shape == in_numpy.shape == (len(texts), bands * rows)
+    differing = [texts[i][:40] for i in np.flatnonzero((in_c != in_numpy).any(axis=1))]
+    assert not differing, differing[:5]
+    assert (in_c == EMPTY).all(axis=1).sum() >= 2  # the empty and whitespace-only texts
