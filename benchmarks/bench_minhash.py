@@ -6,9 +6,10 @@ Corpus: GCIDE's dictionary entries (corpora.py; offline once unpacked), or the s
 docstrings when it cannot be had. Word 5-grams and 14 x 8 permutations (NearDedupConfig's
 defaults), one process, one core.
 
-(1) documents/s, shingling included, for spark_jobs.minhash (in C where built, and in numpy), rensa 0.5.0's RMinHash (on the
-    shingles as strings, and on spark_jobs.minhash's shingle hashes) and datasketch 2.0.0's
-    MinHash.bulk (on a subset: it is slow). An implementation that is not installed is skipped.
+(1) documents/s, shingling included, for spark_jobs.minhash (in C where built, and in numpy),
+    rensa 0.5.0's RMinHash (on the shingles as strings, and on spark_jobs.minhash's shingle
+    hashes) and datasketch 2.0.0's MinHash.bulk (on a subset: it is slow). An implementation
+    that is not installed is skipped.
 (2) Jaccard estimates: pairs made from real entries of >= 100 words by replacing a share of their
     words with words of other entries; each pair's true Jaccard of its 5-gram sets against each
     implementation's estimate (mean absolute error, RMS error, and the RMS that 112 ideal
@@ -80,8 +81,10 @@ class CMinHash(NumpyMinHash):
     name = "C (spark_jobs.minhash, _minhash_c)"
 
     def __init__(self):
-        from spark_jobs import _minhash_c  # noqa: F401 - ImportError where pip did not compile it
+        from spark_jobs import minhash
 
+        if minhash._minhash_c is None:
+            raise ImportError("spark_jobs._minhash_c is not built (make setup compiles it, with a C compiler)")
         super().__init__()
 
     def signatures(self, texts):

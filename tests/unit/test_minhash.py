@@ -176,7 +176,7 @@ def _implementation(name: str):
     from spark_jobs import minhash
 
     if name == "c":
-        assert minhash._minhash_c is not None, "spark_jobs._minhash_c is not built: make setup compiles it, with a C compiler"
+        assert minhash._minhash_c is not None, "spark_jobs._minhash_c is not built (make setup compiles it)"
         return MinHasher.signatures
     return MinHasher.numpy_signatures
 
@@ -191,8 +191,8 @@ def test_signatures_in_c_are_those_of_numpy(ngram, size, bands, rows, docstring_
     import random
 
     rng = random.Random(11)
-    pieces = ["Straße", "ΑΒΓ", "ÀB", "İ", "日本語", "😀", "word", "WORD", "x", "a\x00b", "", " ", "\t\n", "\x0b\x0c\r",
-              "\x1c", "\x1d\x1e\x1f", "\x85", "\xa0", "\u2028", "\u3000"]
+    pieces = ["Straße", "ΑΒΓ", "ÀB", "İ", "日本語", "😀", "word", "WORD", "x", "a\x00b", "", " ", "\t\n",
+              "\x0b\x0c\r", "\x1c", "\x1d\x1e\x1f", "\x85", "\xa0", "\u2028", "\u3000"]
     texts = [record["text"] for record in docstring_records[:400]]
     texts += [text.upper() for text in texts[:50]] + [TEXT, "", " \t ", "one", "two words"]
     texts += ["".join(rng.choice(pieces) for _ in range(rng.randrange(0, 40))) for _ in range(3000)]
