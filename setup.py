@@ -12,10 +12,10 @@ setup(ext_modules=[
     Extension("spark_jobs._english_words_c", ["spark_jobs/_english_words_c.c"], optional=True),
     # gopher_repetition's word n-grams (spark_jobs.text_filters.repeated_word_ngrams).
     Extension("spark_jobs._word_ngrams_c", ["spark_jobs/_word_ngrams_c.c"], optional=True),
-    # fastText's prediction for lid.176.ftz (spark_jobs.lid176). Its floats must round as fastText's
-    # do, one operation at a time: no fused multiply-adds.
     # MinHash signatures for near-dedup (spark_jobs.minhash).
     Extension("spark_jobs._minhash_c", ["spark_jobs/_minhash_c.c"], optional=True),
+    # fastText's prediction for lid.176.ftz (spark_jobs.lid176). Its floats must round as fastText's
+    # do, one operation at a time: no fused multiply-adds.
     Extension("spark_jobs._lid176_c", ["spark_jobs/_lid176_c.c"], optional=True,
               extra_compile_args=["-ffp-contract=off"]),
 ])
