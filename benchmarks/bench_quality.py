@@ -19,12 +19,13 @@ Corpora (offline, from Debian packages, see corpora.py):
   of the original corpus removed as near duplicates of another original page, split by their best
   true Jaccard (word 5-grams) with any other page: >= 0.72 (near duplicates in the corpus itself)
   or below (false positives).
-- filters: microseconds a document of each heuristic filter (the words given, as the filters
-  share them), of the words themselves (with the C tokenizer where it is built, and in Python
-  only), of the four filters in order and of language identification (and of fasttext's
-  prediction alone), in this process on one core, best of 3 passes, permissive thresholds (below):
-  on 40,000 GCIDE entries (dictionary entries, ~320 characters) and on the same entries joined 12
-  at a time (~3,800 characters, the length of a web page's text).
+- filters: microseconds a document of each heuristic filter (the words given, as the filters share
+  them; with the rules in C where built, and in Python only), of the words themselves (with the C
+  tokenizer where it is built, and in Python only), of the four filters in order and of language
+  identification (and of fasttext's prediction alone), in this process on one core, best of 3
+  passes, permissive thresholds (below): on 40,000 GCIDE entries (dictionary entries, ~320
+  characters) and on the same entries joined 12 at a time (~3,800 characters, the length of a web
+  page's text).
 - cost: GCIDE x --copies (corpora.py), the job with no quality section against the job with every
   filter, language and near-dedup on, both with collapse_whitespace false, each on a fresh local[2]
   session (JVM start excluded) after a warm-up build. The GCIDE copies differ only by a "[k] "
@@ -459,11 +460,15 @@ def bench_filters(workdir: Path, entries: int = 40_000) -> None:
 
         figures = {"words": per_doc(lambda: [english_words.spacy_english_words(text) for text in docs]),
                    "words in Python only": per_doc(lambda: [english_words.python_english_words(text) for text in docs])}
-        for name, check in (("gopher_quality", text_filters._EachDocument(text_filters._gopher_quality)),
-                            ("gopher_repetition", text_filters._gopher_repetition),  # the whole corpus at once
-                            ("c4", text_filters._EachDocument(text_filters._c4)),
-                            ("fineweb", text_filters._EachDocument(text_filters._fineweb))):
+        for name, check in text_filters.FILTERS.items():  # in C where built; gopher_repetition takes the corpus at once
             figures[name] = with_words(check, getattr(quality, name))
+        in_c, text_filters._text_filters_c = text_filters._text_filters_c, None  # as where the C is not built
+        try:
+            for name, check in text_filters.FILTERS.items():
+                figures[f"{name} in Python"] = with_words(check, getattr(quality, name))
+            figures["all four in Python, words included"] = per_doc(lambda: every(docs))
+        finally:
+            text_filters._text_filters_c = in_c
         figures["all four, words included"] = per_doc(lambda: every(docs))
         figures["language"] = per_doc(lambda: [identifier.identify(text) for text in docs])
         lines = [language.model_input(text, identifier.max_chars) for text in docs]
