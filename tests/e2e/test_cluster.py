@@ -15,7 +15,7 @@ from pipeline import contract, storage
 from pipeline.config import build_config, save_config
 from pipeline.demo import demo_records, write_jsonl
 from pipeline.packaging import build_package
-from spark_jobs import english_words, lid176, text_filters
+from spark_jobs import english_words, lid176, minhash, text_filters
 from spark_jobs.preprocess import build_dataset
 from standalone_cluster import LOOPBACK, daemon_env, standalone_cluster
 
@@ -106,15 +106,17 @@ def test_cluster_run_on_s3_equals_the_local_run(standalone_master, spark, tmp_pa
     package = build_package(tmp_path / "shardline.zip")
     executor_python = _executor_python(tmp_path)
     probe = [str(executor_python), "-c", "import pyarrow, tokenizers, pyspark, spark_jobs; print(spark_jobs.__file__)\n"
-             "from spark_jobs import english_words, lid176, text_filters\n"
-             "print(english_words._english_words_c, text_filters._word_ngrams_c, lid176._lid176_c)"]
+             "from spark_jobs import english_words, lid176, minhash, text_filters\n"
+             "print(english_words._english_words_c, text_filters._word_ngrams_c, text_filters._text_filters_c,\n"
+             "      minhash._minhash_c, lid176._lid176_c)"]
     bare = subprocess.run(probe, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert bare.returncode != 0 and "No module named 'spark_jobs'" in bare.stderr, bare.stdout + bare.stderr
     shipped = subprocess.run(probe, cwd=tmp_path, env={**env, "PYTHONPATH": str(package)}, capture_output=True,
                              text=True, timeout=120)
     # From the zip, without the compiled modules: the filters' Python fallbacks, and fasttext for lid.176.
-    assert shipped.stdout.split("\n")[:2] == [str(package / "spark_jobs" / "__init__.py"), "None None None"], shipped.stderr
-    assert None not in (english_words._english_words_c, text_filters._word_ngrams_c, lid176._lid176_c)  # here: the C
+    assert shipped.stdout.split("\n")[:2] == [str(package / "spark_jobs" / "__init__.py"), "None None None None None"], shipped.stderr
+    assert None not in (english_words._english_words_c, text_filters._word_ngrams_c, text_filters._text_filters_c,
+                        minhash._minhash_c, lid176._lid176_c)  # here: the C
     spark_submit = Path(sys.executable).parent / "spark-submit"
     result = subprocess.run(
         [str(spark_submit), "--master", master, "--py-files", str(package),
