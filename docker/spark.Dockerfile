@@ -34,7 +34,18 @@ COPY spark_jobs ./spark_jobs
 COPY training ./training
 COPY configs ./configs
 # --no-deps: the project's own code and `shardline` CLI, without torch (the Spark side never imports it).
-RUN uv pip install --no-deps . \
+# gcc builds setup.py's C extensions, the quality stage's hot loops. pip treats them as optional, so
+# without a compiler the image would run their Python fallbacks, the same results several times
+# slower (README "Corpus quality"): the import below fails the build instead. CC and LDSHARED name
+# gcc, whatever compiler the managed Python's sysconfig recorded at its own build. gcc stays: the
+# base image may have installed it itself (with python3-pip's recommends), and removing it could take
+# its packages along. Its version is the base image's Ubuntu release's, hence no pin.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && CC=gcc LDSHARED="gcc -shared" uv pip install --no-deps . \
+    && python -c "from spark_jobs import _english_words_c, _word_ngrams_c, _text_filters_c, _minhash_c, _lid176_c" \
+    && rm -rf /var/lib/apt/lists/* \
     && python -c "import pyspark, sys; print('python', sys.version.split()[0], 'pyspark', pyspark.__version__)" \
     && mkdir -p /opt/shardline/runs \
     && chown -R 185:185 /opt/shardline

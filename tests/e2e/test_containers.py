@@ -72,6 +72,17 @@ def test_images_start_from_the_official_spark_and_pytorch_images_at_the_pinned_v
     assert '-c constraints.txt ".[petastorm]"' in train and "-c constraints-current.txt ." in train
 
 
+def test_spark_image_compiles_every_c_extension_and_fails_its_build_without_one():
+    """setup.py's extensions are optional to pip: an image without a compiler would run the Python
+    fallbacks, silently slower. The image installs gcc and imports every spark_jobs/*.c module."""
+    spark = (REPO_ROOT / "docker" / "spark.Dockerfile").read_text()
+    modules = sorted(path.stem for path in (REPO_ROOT / "spark_jobs").glob("*.c"))
+    assert len(modules) >= 5
+    assert "apt-get install -y --no-install-recommends gcc libc6-dev" in spark
+    imports = re.search(r'python -c "from spark_jobs import ([\w, ]+)"', spark)
+    assert imports and sorted(imports[1].split(", ")) == modules
+
+
 def test_compose_runs_a_standalone_master_and_worker_and_the_trainer_on_one_volume():
     services = COMPOSE["services"]
     assert {"spark-master", "spark-worker", "trainer"} <= set(services)
