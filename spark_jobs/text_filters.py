@@ -398,7 +398,9 @@ def _list_ratio(new_line_ratio: float | None, doc: _Doc) -> str | None:
 # Each C function returns the index of the first rule a document fails among its filter's rules (in
 # RULES' order), or -1 to keep it: the last entry of these tuples.
 _GOPHER_QUALITY_RULES = (*(rule for rule in RULES if rule.startswith("gopher_quality.")), None)
-_PARAGRAPH_AND_LINE_RULES = (*RULES[RULES.index("gopher_repetition.empty"):][:5], None)
+_PARAGRAPH_AND_LINE_RULES = ("gopher_repetition.empty", "gopher_repetition.dup_para_frac",
+                             "gopher_repetition.dup_para_char_frac", "gopher_repetition.dup_line_frac",
+                             "gopher_repetition.dup_line_char_frac", None)
 _C4_RULES = ("c4.lorem_ipsum", "c4.curly_bracket", "c4.too_few_sentences", None)
 _FINEWEB_LINE_RULES = ("fineweb.empty", "fineweb.line_punct_ratio", "fineweb.short_line_ratio",
                        "fineweb.char_dup_ratio", None)
