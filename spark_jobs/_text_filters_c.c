@@ -1,7 +1,7 @@
 /* The heuristic filters' rules that read the text itself (spark_jobs.text_filters): gopher_quality,
  * c4, fineweb's line rules and gopher_repetition's paragraph and line rules, one document a call,
  * deciding as the Python does, which stays as the fallback where this is not built.
- * tests/unit/test_text_filters.py compares both on real and drawn texts.
+ * tests/unit/test_text_filters_in_c.py compares both on real and drawn texts.
  *
  * The text is read as Python's str: copied to UCS-4 once, with Python's own tests of a character
  * (Py_UNICODE_ISSPACE, _ISLINEBREAK, _ISALPHA, _ISDECIMAL), so str.strip, str.split, splitlines and
