@@ -443,4 +443,3 @@ def test_words_with_a_letter_are_those_with_an_alphabetic_character(docstring_re
     for unusual in ("é1", "²", "Ⅻ", "１", "日本", "٣", "ǅ"):  # non-ASCII: letters or not, by str.isalpha
         assert _words_with_a_letter(odd + [unusual]) == each(odd + [unusual]), unusual
     assert _words_with_a_letter([]) == 0
-
