@@ -9,7 +9,7 @@ spark_jobs/_text_filters_c.c (gopher_quality, c4, fineweb but list_ratio, gopher
 paragraphs and lines), else in the Python below, which decides the same (tests/unit/
 test_text_filters_in_c.py compares both): on GCIDE entries, one core, 2026-12-07, gopher_quality 4.6 us a
 document against 20.8, gopher_repetition 7.8 against 16.5, c4 3.5 against 13.6, fineweb 2.1 against
-11.6, all four with the words 42.0 (90.0 in a run of the code before, 20 minutes earlier).
+11.6, all four with the words 42.0 (90.0 in a run of the code before, minutes earlier).
 
 Words are spaCy's English tokens (spark_jobs.english_words), as datatrove 0.10.1 counts them: on
 the parity corpus of tests/current_stack/test_filter_parity.py all four filters decide as datatrove
