@@ -9,7 +9,11 @@ The corpus is real text with unique documents: GCIDE's 126,240 entries (corpora.
 the input; 22 copies are 1.0 GB of JSONL, the 4x run 4.1 GB. Prints, per size, the peak RSS of the
 driver Python process, of its JVM (local mode: the driver JVM is also the executor), the largest
 of any Python worker, and the ratios 4x/1x (target: flat within 10 %; driver <= 1 GiB), and the
-largest Python worker's peak per Spark stage, to tell which stage grows. The JVM's RSS follows its
+largest Python worker's peak per Spark stage, to tell which stage grows. Stages are named by their
+job's description (the phase: "near-dedup: connected components in one task") and call site. It
+also prints the largest peak execution memory of any task (what Spark's memory manager gave it for
+sorts, aggregations and shuffle buffers; exact, from the task metrics, not sampled), per stage and
+overall. The JVM's RSS follows its
 heap, which grows toward spark.driver.memory whatever the job keeps alive; so it also prints the
 largest heap occupancy right after a collection (from -Xlog:gc; an upper bound on what the job
 held), and --driver-memory runs both sizes under a smaller heap.
@@ -21,8 +25,9 @@ driver, which on a cluster keeps the job's plan and its tasks' bookkeeping, not 
 
 --live-every S makes every JVM of the job run a full collection every S seconds (jcmd GC.run) and
 prints the largest heap right after one: what the job kept alive, where the heap after any
-collection also counts garbage a young collection left. The collections cost time: compare
-memory, not seconds, from such a run.
+collection also counts garbage a young collection left; on the cluster, also per stage running
+when the collection was asked for. The collections cost time: compare memory, not seconds, from
+such a run. A largest-of-samples figure is noisy: the 4x run is longer and takes more samples.
 """
 from __future__ import annotations
 
@@ -85,17 +90,21 @@ class Sampler(threading.Thread):
         self.live_every, self.last_collection = live_every, time.monotonic()
         self.peaks = {"driver_python": 0.0, "driver_jvm": 0.0, "python_worker": 0.0, "executor_jvm": 0.0}
         self.worker_by_stage: dict[str, float] = {}
-        self.tracker = spark_context.statusTracker() if spark_context is not None else None
+        self.stages_at_executor_collection: list[list[str]] = []  # per GC.run the executor ran, in order
+        self.spark_context = spark_context
         self.stop = threading.Event()
 
     def _stages(self) -> list[str]:
-        if self.tracker is None:
+        """The running stages, each by its job's description (the job's phase, as progress.described
+        names it) and its call site; adaptive execution's stages have no call site of ours."""
+        if self.spark_context is None:
             return []
         names = []
-        for stage_id in self.tracker.getActiveStageIds():
-            info = self.tracker.getStageInfo(stage_id)
-            if info is not None:
-                names.append(info.name.replace(str(ROOT) + "/", ""))
+        running = self.spark_context._jsc.sc().statusStore().activeStages()  # the Spark UI's own store
+        for index in range(running.size()):
+            stage = running.apply(index)
+            site = stage.name().replace(str(ROOT) + "/", "")
+            names.append(f"{stage.description().get()}: {site}" if stage.description().isDefined() else site)
         return names
 
     def run(self) -> None:
@@ -112,7 +121,8 @@ class Sampler(threading.Thread):
                     self.peaks[kind] = max(self.peaks[kind], rss_mb(pid))
                 if kind == "python_worker":
                     worker = max(worker, rss_mb(pid))
-            for executor in executor_jvms() if self.cluster else []:  # the executor and its Python workers
+            executors = executor_jvms() if self.cluster else []
+            for executor in executors:  # the executor and its Python workers
                 jvms.append(executor)
                 self.peaks["executor_jvm"] = max(self.peaks["executor_jvm"], rss_mb(executor))
                 for pid, cmd in descendants(executor):
@@ -122,8 +132,11 @@ class Sampler(threading.Thread):
             for stage in self._stages():
                 self.worker_by_stage[stage] = max(self.worker_by_stage.get(stage, 0.0), worker)
             if self.live_every and time.monotonic() - self.last_collection >= self.live_every:
+                stages = self._stages()  # those running when the collection starts
                 for pid in jvms:  # a full collection, logged as "Pause Full (Diagnostic Command)"
-                    subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60)
+                    ran = subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60)
+                    if pid in executors and ran.returncode == 0:
+                        self.stages_at_executor_collection.append(stages)
                 self.last_collection = time.monotonic()
             time.sleep(0.2)
 
@@ -143,6 +156,39 @@ def heap_after_gc_mb(gc_log: Path) -> tuple[float, float, float]:
         if found.group(1):
             live = max(live, float(found.group(2)))
     return after, committed, live
+
+
+def live_heap_by_stage(gc_log: Path, stages_at_collection: list[list[str]]) -> dict[str, float]:
+    """The largest heap right after a requested full collection, per stage running when it was
+    requested: the n-th "Pause Full (Diagnostic Command)" of the log is the n-th GC.run (one
+    executor: the bench's cluster has one worker)."""
+    import re
+
+    live: dict[str, float] = {}
+    after = re.findall(r"Pause Full \(Diagnostic Command\) \d+M->(\d+)M", gc_log.read_text() if gc_log.exists() else "")
+    for mb, stages in zip(after, stages_at_collection):
+        for stage in stages:
+            live[stage] = max(live.get(stage, 0.0), float(mb))
+    return live
+
+
+def task_memory_by_stage(spark_context) -> dict[str, float]:
+    """The largest peak execution memory of any task (sort pages, aggregation maps, shuffle buffers:
+    what Spark's memory manager gave the task, counted exactly, not sampled) per stage, in MB, from
+    the driver's status store."""
+    store, tracker = spark_context._jsc.sc().statusStore(), spark_context.statusTracker()
+    largest: dict[str, float] = {}
+    for job in tracker.getJobIdsForGroup(None):
+        for stage_id in tracker.getJobInfo(job).stageIds:
+            tasks = store.taskList(stage_id, 0, 1 << 30)  # none for a stage skipped (its shuffle reused)
+            peaks = [tasks.apply(i).taskMetrics().get().peakExecutionMemory() for i in range(tasks.size())
+                     if tasks.apply(i).taskMetrics().isDefined()]
+            if peaks:
+                stage = store.lastStageAttempt(stage_id)
+                site = stage.name().replace(str(ROOT) + "/", "")
+                label = f"{stage.description().get()}: {site}" if stage.description().isDefined() else site
+                largest[label] = max(largest.get(label, 0.0), max(peaks) / 2**20)
+    return largest
 
 
 def child(corpus: str, run_dir: str, max_length: int, quality: bool, driver_memory: str, master: str,
@@ -180,11 +226,16 @@ def child(corpus: str, run_dir: str, max_length: int, quality: bool, driver_memo
     manifest = build_dataset(session, config)
     seconds = time.perf_counter() - started
     sampler.stop.set()
+    task_memory = task_memory_by_stage(session.sparkContext)
     session.stop()
     heap_after_gc, heap_committed, live_heap = heap_after_gc_mb(gc_log)
     executor_heap_after_gc, executor_heap_committed, executor_live_heap = heap_after_gc_mb(executor_gc_log)
     print(json.dumps({"docs": manifest.input_records, "seconds": seconds, "stages": manifest.stage_seconds,
-                      "load": os.getloadavg()[0], "worker_by_stage": sampler.worker_by_stage, **sampler.peaks,
+                      "load": os.getloadavg()[0], "worker_by_stage": sampler.worker_by_stage,
+                      "executor_live_by_stage": live_heap_by_stage(executor_gc_log,
+                                                                   sampler.stages_at_executor_collection),
+                      "task_memory_by_stage": task_memory, "task_memory": max(task_memory.values(), default=0.0),
+                      **sampler.peaks,
                       "heap_after_gc": heap_after_gc, "heap_committed": heap_committed,
                       "executor_heap_after_gc": executor_heap_after_gc,
                       "executor_heap_committed": executor_heap_committed, "live_heap": live_heap,
@@ -272,15 +323,25 @@ def run_sizes(args: argparse.Namespace, work: Path, entries: list, master: str) 
 
 def report(args: argparse.Namespace, results: list[dict]) -> None:
     small, large = results
-    kinds = ["driver_python", "driver_jvm", "python_worker", "heap_after_gc"] + (["live_heap"] if args.live_every else [])
+    kinds = ["driver_python", "driver_jvm", "python_worker", "task_memory", "heap_after_gc"]
+    kinds += ["live_heap"] if args.live_every else []
     if args.cluster:
         kinds += ["executor_jvm", "executor_heap_after_gc"] + (["executor_live_heap"] if args.live_every else [])
     for kind in kinds:
         print(f"{kind:14s} 4x/1x: {large[kind] / max(small[kind], 1e-9):.3f} (target <= 1.10)")
-    print("largest Python worker per stage (call site), 1x -> 4x:")
-    for stage in sorted(set(small["worker_by_stage"]) | set(large["worker_by_stage"])):
-        one, four = small["worker_by_stage"].get(stage, 0.0), large["worker_by_stage"].get(stage, 0.0)
-        print(f"  {stage:60s} {one:6.0f} -> {four:6.0f} MB" + (f" ({four / one:.3f})" if one else ""))
+    by_stage("largest Python worker per stage", "worker_by_stage", small, large)
+    by_stage("largest peak execution memory of a task per stage", "task_memory_by_stage", small, large)
+    if args.cluster and args.live_every:
+        by_stage("executor live heap per running stage (largest after a full collection)", "executor_live_by_stage",
+                 small, large)
+
+
+def by_stage(title: str, key: str, small: dict, large: dict) -> None:
+    """One figure per stage (its job's description and call site), 1x -> 4x: which stage grows."""
+    print(f"{title}, 1x -> 4x:")
+    for stage in sorted(set(small[key]) | set(large[key])):
+        one, four = small[key].get(stage, 0.0), large[key].get(stage, 0.0)
+        print(f"  {stage:60s} {one:6.1f} -> {four:6.1f} MB" + (f" ({four / one:.3f})" if one else ""))
 
 
 if __name__ == "__main__":
