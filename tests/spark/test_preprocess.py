@@ -13,8 +13,8 @@ from pipeline import contract, storage
 from pipeline.config import build_config
 from pipeline.demo import write_jsonl
 from spark_jobs import read, split
-from spark_jobs.preprocess import (SHUFFLE_PARTITIONS, AccountingError, DatasetConflictError, build_dataset, check_existing,
-                                   sized_shuffles)
+from spark_jobs.preprocess import (ADVISORY_PARTITION_BYTES, SHUFFLE_PARTITIONS, AccountingError, DatasetConflictError,
+                                   build_dataset, check_existing, sized_shuffles)
 
 # What the contract promises a classification shard holds (README, "The dataset contract").
 CLASSIFICATION_TYPES = {"id": "string", "input_ids": "list<int32>", "attention_mask": "list<int8>",
@@ -384,10 +384,17 @@ def test_the_commit_writes_the_manifest_then_success_last_and_deletes_files_left
     assert sum(1 for uri in writes if storage.basename(uri) == contract.SUCCESS_FILE) == 1
 
 
-def test_the_job_sets_spark_shuffle_partitions_while_it_runs_and_puts_the_session_value_back(spark):
-    before = spark.conf.get(SHUFFLE_PARTITIONS)
+def test_the_job_sizes_spark_shuffles_while_it_runs_and_puts_the_session_values_back(spark):
+    before = {key: spark.conf.get(key) for key in (SHUFFLE_PARTITIONS, ADVISORY_PARTITION_BYTES)}
     with pytest.raises(RuntimeError, match="a failed stage"):
-        with sized_shuffles(spark, 7):
+        with sized_shuffles(spark, 7, 5 << 20):
             assert spark.conf.get(SHUFFLE_PARTITIONS) == "7"
+            assert spark.conf.get(ADVISORY_PARTITION_BYTES) == str(5 << 20)
             raise RuntimeError("a failed stage")
-    assert spark.conf.get(SHUFFLE_PARTITIONS) == before
+    assert {key: spark.conf.get(key) for key in before} == before
+
+
+@pytest.mark.parametrize("input_bytes, advisory", [(0, 1 << 20), (5 << 20, 5 << 20), (128 << 20, 64 << 20)])
+def test_coalesced_shuffle_partitions_hold_what_a_read_task_reads_within_spark_bounds(spark, input_bytes, advisory):
+    with sized_shuffles(spark, 3, input_bytes):
+        assert spark.conf.get(ADVISORY_PARTITION_BYTES) == str(advisory)
