@@ -2,7 +2,7 @@
 sampled every 0.2 s, building 1x and 4x the data; each size in a fresh process. Not run in CI.
 
     SHARDLINE_BENCH_MEMORY=1 python benchmarks/bench_preprocess_memory.py [--copies 22] [--workdir runs/bench-mem] [--quality]
-        [--driver-memory 1g] [--cluster [--executor-memory 1g]] [--live-every SECONDS]
+        [--driver-memory 1g] [--cluster [--executor-memory 1g]] [--live-every SECONDS] [--runs 1]
 
 The corpus is real text with unique documents: GCIDE's 126,240 entries (corpora.py), repeated
 `copies` times with a per-copy prefix ("[k] "), so dedup keeps every one and the output grows with
@@ -27,7 +27,8 @@ driver, which on a cluster keeps the job's plan and its tasks' bookkeeping, not 
 prints the largest heap right after one: what the job kept alive, where the heap after any
 collection also counts garbage a young collection left; on the cluster, also per stage running
 when the collection was asked for. The collections cost time: compare memory, not seconds, from
-such a run. A largest-of-samples figure is noisy: the 4x run is longer and takes more samples.
+such a run. A largest-of-samples figure is noisy (the 4x run is longer and takes more samples):
+--runs N builds each size N times, alternating, and compares the medians.
 """
 from __future__ import annotations
 
@@ -257,6 +258,8 @@ def main() -> None:
     parser.add_argument("--live-every", type=float, default=0.0, metavar="SECONDS",
                         help="make every JVM of the job run a full collection this often, to print its live heap "
                              "(the largest after such a collection); 0: never")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="build each size this many times, alternating, and compare the medians")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -286,11 +289,12 @@ def main() -> None:
 
 
 def run_sizes(args: argparse.Namespace, work: Path, entries: list, master: str) -> list[dict]:
-    """Each size in a fresh driver process (and, on the cluster, a fresh executor: a new application)."""
+    """Each size in a fresh driver process (and, on the cluster, a fresh executor: a new application),
+    x1 then x4, args.runs times."""
     import corpora
 
     results = []
-    for factor in (1, 4):
+    for factor in (1, 4) * args.runs:
         corpus = work / f"gcide-x{args.copies * factor}.jsonl"
         if not corpus.exists():
             corpora.write_jsonl(entries, corpus, copies=args.copies * factor)
@@ -322,18 +326,35 @@ def run_sizes(args: argparse.Namespace, work: Path, entries: list, master: str) 
 
 
 def report(args: argparse.Namespace, results: list[dict]) -> None:
-    small, large = results
+    small, large = (median_of([r for r in results if r["factor"] == factor]) for factor in (1, 4))
+    if args.runs > 1:
+        print(f"medians of {args.runs} runs of each size:")
     kinds = ["driver_python", "driver_jvm", "python_worker", "task_memory", "heap_after_gc"]
     kinds += ["live_heap"] if args.live_every else []
     if args.cluster:
         kinds += ["executor_jvm", "executor_heap_after_gc"] + (["executor_live_heap"] if args.live_every else [])
     for kind in kinds:
-        print(f"{kind:14s} 4x/1x: {large[kind] / max(small[kind], 1e-9):.3f} (target <= 1.10)")
+        each = "" if args.runs == 1 else "  (x1: {}; x4: {})".format(
+            *(", ".join(f"{r[kind]:.0f}" for r in results if r["factor"] == factor) for factor in (1, 4)))
+        print(f"{kind:14s} 4x/1x: {large[kind] / max(small[kind], 1e-9):.3f} (target <= 1.10){each}")
     by_stage("largest Python worker per stage", "worker_by_stage", small, large)
     by_stage("largest peak execution memory of a task per stage", "task_memory_by_stage", small, large)
     if args.cluster and args.live_every:
         by_stage("executor live heap per running stage (largest after a full collection)", "executor_live_by_stage",
                  small, large)
+
+
+def median_of(runs: list[dict]) -> dict:
+    """Each number's median over the runs of one size, and each per-stage figure's (0 in a run
+    where the stage had none)."""
+    import statistics
+
+    merged = {key: statistics.median(r[key] for r in runs) for key, value in runs[0].items()
+              if isinstance(value, (int, float))}
+    for key in ("worker_by_stage", "task_memory_by_stage", "executor_live_by_stage"):
+        stages = set().union(*(r[key] for r in runs))
+        merged[key] = {stage: statistics.median(r[key].get(stage, 0.0) for r in runs) for stage in stages}
+    return merged
 
 
 def by_stage(title: str, key: str, small: dict, large: dict) -> None:
