@@ -13,10 +13,9 @@ largest Python worker's peak per Spark stage, to tell which stage grows. Stages 
 job's description (the phase: "near-dedup: connected components in one task") and call site. It
 also prints the largest peak execution memory of any task (what Spark's memory manager gave it for
 sorts, aggregations and shuffle buffers; exact, from the task metrics, not sampled), per stage and
-overall. The JVM's RSS follows its
-heap, which grows toward spark.driver.memory whatever the job keeps alive; so it also prints the
-largest heap occupancy right after a collection (from -Xlog:gc; an upper bound on what the job
-held), and --driver-memory runs both sizes under a smaller heap.
+overall. The JVM's RSS follows its heap, which grows toward spark.driver.memory whatever the job
+keeps alive; so it also prints the largest heap occupancy right after a collection (from -Xlog:gc;
+an upper bound on what the job held), and --driver-memory runs both sizes under a smaller heap.
 
 --cluster runs both sizes on a Spark standalone cluster started here (one master, one 2-core
 worker: tests/standalone_cluster.py), so the executor is a JVM of its own, with its own heap
@@ -100,13 +99,8 @@ class Sampler(threading.Thread):
         names it) and its call site; adaptive execution's stages have no call site of ours."""
         if self.spark_context is None:
             return []
-        names = []
         running = self.spark_context._jsc.sc().statusStore().activeStages()  # the Spark UI's own store
-        for index in range(running.size()):
-            stage = running.apply(index)
-            site = stage.name().replace(str(ROOT) + "/", "")
-            names.append(f"{stage.description().get()}: {site}" if stage.description().isDefined() else site)
-        return names
+        return [stage_label(running.apply(index)) for index in range(running.size())]
 
     def run(self) -> None:
         me = os.getpid()
@@ -159,6 +153,12 @@ def heap_after_gc_mb(gc_log: Path) -> tuple[float, float, float]:
     return after, committed, live
 
 
+def stage_label(stage) -> str:
+    """A stage (the status store's StageData) as "its job's description: its call site"."""
+    site = stage.name().replace(str(ROOT) + "/", "")
+    return f"{stage.description().get()}: {site}" if stage.description().isDefined() else site
+
+
 def live_heap_by_stage(gc_log: Path, stages_at_collection: list[list[str]]) -> dict[str, float]:
     """The largest heap right after a requested full collection, per stage running when it was
     requested: the n-th "Pause Full (Diagnostic Command)" of the log is the n-th GC.run (one
@@ -185,9 +185,7 @@ def task_memory_by_stage(spark_context) -> dict[str, float]:
             peaks = [tasks.apply(i).taskMetrics().get().peakExecutionMemory() for i in range(tasks.size())
                      if tasks.apply(i).taskMetrics().isDefined()]
             if peaks:
-                stage = store.lastStageAttempt(stage_id)
-                site = stage.name().replace(str(ROOT) + "/", "")
-                label = f"{stage.description().get()}: {site}" if stage.description().isDefined() else site
+                label = stage_label(store.lastStageAttempt(stage_id))
                 largest[label] = max(largest.get(label, 0.0), max(peaks) / 2**20)
     return largest
 
